@@ -1,0 +1,120 @@
+// Package bus holds the domain of sombus: its types, its rules, the Store
+// interface that both stores implement, and the typed errors whose rule names
+// and statuses the HTTP layer writes.
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Rule names of refusals, as fixed by API.md and the seed.
+const (
+	RuleRouteNotFound         = "route.not_found"
+	RuleMethodNotAllowed      = "route.method_not_allowed"
+	RuleUnauthenticated       = "producer.unauthenticated"
+	RuleNotRegistered         = "producer.not_registered"
+	RuleTenantMismatch        = "tenant.mismatch"
+	RuleNotOwner              = "consumer.not_owner"
+	RulePullBadRequest        = "pull.bad_request"
+	RuleRateLimited           = "rate.limited"
+	RuleQuotaExceeded         = "quota.exceeded"
+	RuleQueueUnavailable      = "consumer.queue_unavailable"
+	RuleSkillsUnavailable     = "skills.unavailable"
+	RuleManageUnauthenticated = "manage.unauthenticated"
+	RuleManageForbidden       = "manage.forbidden"
+	RuleManageNotFound        = "manage.not_found"
+	RuleManageConflict        = "manage.conflict"
+	RuleManageBadRequest      = "manage.bad_request"
+	RuleEnvelopeMalformed     = "envelope.malformed"
+	RuleEnvelopeSomVersion    = "envelope.som_version"
+	RuleEnvelopeMessageID     = "envelope.message_id"
+	RuleEnvelopeMessageType   = "envelope.message_type"
+	RuleEnvelopeCorrelationID = "envelope.correlation_id"
+	RuleEnvelopePayload       = "envelope.payload"
+	RuleEnvelopeTooLarge      = "envelope.too_large"
+	RuleInternal              = "internal.error"
+)
+
+// Violation is one failed check of a request, written into the refusal body.
+type Violation struct {
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+// Error is a refusal: an HTTP status, one or more violations, and for 429
+// and 503 the wait the client should observe. Internal errors are plain
+// errors, never *Error.
+type Error struct {
+	Status     int
+	Violations []Violation
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if len(e.Violations) == 0 {
+		return fmt.Sprintf("refused (%d)", e.Status)
+	}
+	return e.Violations[0].Rule + ": " + e.Violations[0].Message
+}
+
+// Rule is the first violation's rule.
+func (e *Error) Rule() string {
+	if len(e.Violations) == 0 {
+		return ""
+	}
+	return e.Violations[0].Rule
+}
+
+// Errorf returns a refusal with one violation; the status comes from the rule.
+func Errorf(rule, format string, args ...any) *Error {
+	return &Error{Status: StatusOf(rule), Violations: []Violation{{Rule: rule, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// StatusOf maps a rule to its HTTP status: one table for the whole bus.
+func StatusOf(rule string) int {
+	switch rule {
+	case RuleRouteNotFound, RuleManageNotFound:
+		return http.StatusNotFound
+	case RuleMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case RuleUnauthenticated, RuleManageUnauthenticated:
+		return http.StatusUnauthorized
+	case RuleNotRegistered, RuleTenantMismatch, RuleNotOwner, RuleManageForbidden:
+		return http.StatusForbidden
+	case RuleRateLimited, RuleQuotaExceeded:
+		return http.StatusTooManyRequests
+	case RuleQueueUnavailable, RuleSkillsUnavailable:
+		return http.StatusServiceUnavailable
+	case RuleManageConflict:
+		return http.StatusConflict
+	case RuleEnvelopeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case RuleInternal:
+		return http.StatusInternalServerError
+	default:
+		return http.StatusBadRequest
+	}
+}
+
+// AsError returns the refusal inside err, if any.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
+
+// Store-level sentinel errors. Stores map their driver errors onto these
+// once, so nothing above a store sees driver types.
+var (
+	// ErrNotFound: the addressed row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a uniqueness rule or a state precondition failed.
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the store cannot be reached right now.
+	ErrUnavailable = errors.New("store unavailable")
+)

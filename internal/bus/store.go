@@ -1,0 +1,215 @@
+package bus
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the one storage seam of sombus. SQLite and PostgreSQL implement
+// it with identical behaviour; storetest holds that behaviour.
+//
+// Time never comes from the store's own clock: every method that needs "now"
+// takes it in its params, so rules are tested with an injected clock.
+type Store interface {
+	// Update runs fn in one read-write transaction: everything fn writes,
+	// audit entries included, commits together or not at all. fn may be run
+	// again if the store has to retry (a deadlock or serialization failure),
+	// so it must not have side effects outside tx.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// View runs fn in a read-only transaction.
+	View(ctx context.Context, fn func(tx Tx) error) error
+
+	// MessagePublish accepts messages in order, placing each in every
+	// matching consumer queue of the workspace, in one transaction.
+	MessagePublish(ctx context.Context, p *PublishParams) ([]PublishOutcome, error)
+	// MessageReceive claims up to p.Max story heads of a queue (or replays an
+	// attempt id), moving exhausted heads to the dead letters first.
+	MessageReceive(ctx context.Context, p *ReceiveParams) (*ReceiveResult, error)
+	// MessageAck acknowledges deliveries; one result per handle, in order.
+	MessageAck(ctx context.Context, p *SettleParams) ([]SettleResult, error)
+	// MessageNack releases deliveries after p.Delay; one result per handle.
+	MessageNack(ctx context.Context, p *SettleParams) ([]SettleResult, error)
+
+	// QueueStats counts a consumer queue.
+	QueueStats(ctx context.Context, queueID string, now time.Time) (QueueStats, error)
+	// QueuePurge drops every message of a queue (not its dead letters) and
+	// writes p.Audit in the same transaction.
+	QueuePurge(ctx context.Context, p *PurgeParams) (int, error)
+	// DeadLetterList lists a queue's dead letters, oldest first, after
+	// cursor (a DeadLetter.ID; 0 for the first page).
+	DeadLetterList(ctx context.Context, queueID string, limit int, after int64) ([]DeadLetter, error)
+	// DeadLetterRedrive moves dead letters back to the end of their stories
+	// with receive counts starting again, and writes p.Audit.
+	DeadLetterRedrive(ctx context.Context, p *RedriveParams) (int, error)
+
+	// Maintain does the background work: dead-letter moves of expired
+	// exhausted heads, retention, and expiry of attempt ids, ack records
+	// and dedup records. It returns the queues that got a ready message.
+	Maintain(ctx context.Context, p *MaintainParams) (*MaintainResult, error)
+
+	// Listen calls fn with a queue id whenever another node made a message
+	// of that queue ready, until ctx ends. Stores of one node return at once
+	// with nil: their node wakes its own waiters.
+	Listen(ctx context.Context, fn func(queueID string)) error
+	// NotifyReady tells other nodes that these queues have ready messages.
+	NotifyReady(ctx context.Context, queueIDs []string) error
+
+	// Ping checks that the store is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the store.
+	Close() error
+}
+
+// Tx is what a management transaction may read and write.
+type Tx interface {
+	UserCreate(u User) error
+	UserGet(id string) (User, error)
+	UserCount() (int, error)
+	// UserByAPIKeyHash finds the owner of an API key.
+	UserByAPIKeyHash(hash []byte) (User, error)
+	APIKeyCreate(k APIKey) error
+
+	WorkspaceCreate(w Workspace) error
+	WorkspaceGet(id string) (Workspace, error)
+	// WorkspaceList lists every workspace when userID is "", else the
+	// workspaces userID is a member of; by creation, oldest first.
+	WorkspaceList(userID string) ([]Workspace, error)
+
+	// MemberSet grants or changes a role.
+	MemberSet(m Member) error
+	MemberDelete(workspaceID, userID string) error
+	// MemberGet returns ErrNotFound when the user has no role there.
+	MemberGet(workspaceID, userID string) (Member, error)
+	MemberListByUser(userID string) ([]Member, error)
+	MemberListByWorkspace(workspaceID string) ([]Member, error)
+
+	ConnectionCreate(c Connection) error
+	// ConnectionGet finds a connection by id alone (ErrNotFound if none).
+	ConnectionGet(id string) (Connection, error)
+	// ConnectionList lists a workspace's connections, of one kind unless
+	// kind is "", oldest first.
+	ConnectionList(workspaceID string, kind ConnectionKind) ([]Connection, error)
+	// ConnectionUpdate writes every field of c (matched by c.ID).
+	ConnectionUpdate(c Connection) error
+	// ConnectionDelete removes a connection with its queue, dead letters,
+	// attempt ids and skill registrations.
+	ConnectionDelete(id string) error
+
+	SkillsPut(connectionID string, s Skills) error
+	// SkillsGet returns empty registrations when none were put.
+	SkillsGet(connectionID string) (Skills, error)
+
+	AuditInsert(e AuditEntry) error
+	// AuditList lists a workspace's audit entries newest first, before the
+	// entry with id before (all when before is "").
+	AuditList(workspaceID string, limit int, before string) ([]AuditEntry, error)
+
+	SigningKeyList() ([]SigningKey, error)
+	// SigningKeyCreate inserts a key; ErrConflict if its id exists.
+	SigningKeyCreate(k SigningKey) error
+	// ServerSecret returns the named server-wide secret, creating it from
+	// fresh when absent (the first caller's value wins on every node).
+	ServerSecret(name string, fresh []byte) ([]byte, error)
+}
+
+// PublishMessage is one checked envelope to accept.
+type PublishMessage struct {
+	MessageID     string
+	MessageType   string
+	Topic         string
+	CorrelationID string
+	Envelope      []byte // the bytes as accepted
+}
+
+// PublishParams accepts Messages in order from one producer.
+type PublishParams struct {
+	WorkspaceID string
+	ProducerID  string
+	Messages    []PublishMessage
+	Now         time.Time
+	// DedupWindow: a message_id already accepted from this producer within
+	// it is a duplicate, accepted again but not delivered again.
+	DedupWindow time.Duration
+}
+
+// PublishOutcome is what happened to one published message.
+type PublishOutcome struct {
+	Deliveries int
+	Duplicate  bool
+	// QueueIDs are the queues the message was placed in (none if duplicate).
+	QueueIDs []string
+}
+
+// ReceiveParams asks for up to Max messages of a queue.
+type ReceiveParams struct {
+	QueueID    string
+	Max        int
+	Visibility time.Duration
+	// AttemptID, when not "", makes the receive retryable for AttemptWindow.
+	AttemptID     string
+	AttemptWindow time.Duration
+	Now           time.Time
+}
+
+// ReceiveResult is what a receive got.
+type ReceiveResult struct {
+	Deliveries []Delivery
+	// NextVisibleAt is the earliest future time a story of the queue
+	// becomes visible (zero when none is waiting on time).
+	NextVisibleAt time.Time
+	// Woken lists queues that got a ready message as a side effect.
+	Woken []string
+}
+
+// SettleParams acknowledges or releases handles of one queue.
+type SettleParams struct {
+	QueueID string
+	Handles []Handle
+	Delay   time.Duration // nack only
+	Now     time.Time
+}
+
+// SettleResult is the outcome of one handle: OK, or the failure code.
+type SettleResult struct {
+	OK   bool
+	Code string // "ReceiptHandleIsInvalid" when not OK
+	// Message explains a failure in words.
+	Message string
+	// Woken is true when the settle made a message of the queue ready.
+	Woken bool
+}
+
+// PurgeParams drops a queue's messages.
+type PurgeParams struct {
+	QueueID string
+	Now     time.Time
+	Audit   AuditEntry
+}
+
+// RedriveParams moves dead letters back; nil MessageIDs means all.
+type RedriveParams struct {
+	QueueID    string
+	MessageIDs []string
+	Now        time.Time
+	Audit      AuditEntry
+}
+
+// MaintainParams configures one round of background work.
+type MaintainParams struct {
+	Now                 time.Time
+	Retention           time.Duration // messages not acknowledged within it are dropped
+	DeadLetterRetention time.Duration // dead letters are kept this long
+	AttemptWindow       time.Duration // attempt ids expire after it
+	DedupWindow         time.Duration // dedup records expire after it
+	AckRecordWindow     time.Duration // ack records (idempotent re-acks) expire after it
+}
+
+// MaintainResult says what a round did.
+type MaintainResult struct {
+	DeadLettered int
+	Expired      int
+	Woken        []string
+}
+
+// CodeReceiptHandleIsInvalid is the per-handle failure code of ack and nack.
+const CodeReceiptHandleIsInvalid = "ReceiptHandleIsInvalid"
