@@ -1,0 +1,189 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// DefaultCheckTTL is how long the Checker trusts what it read about a
+// connection. With 10 s, a change made on another node (a revoke, a
+// rotation) reaches this node's checks well within API.md's 30 seconds.
+const DefaultCheckTTL = 10 * time.Second
+
+// maxCachedConnections bounds the Checker's cache.
+const maxCachedConnections = 100_000
+
+// connState is what a check needs to know about a connection.
+type connState struct {
+	exists            bool
+	kind              bus.ConnectionKind
+	workspaceID       string
+	status            bus.ConnectionStatus
+	credentialVersion int64
+}
+
+type cacheEntry struct {
+	state     connState
+	fetchedAt time.Time // by the injected clock
+}
+
+// Checker checks the bearer token of a workspace route (publish, pull)
+// against the connection it names. Safe for concurrent use.
+type Checker struct {
+	store  bus.Store
+	signer *Signer
+	clock  bus.Clock
+	ttl    time.Duration
+
+	mu    sync.Mutex
+	cache map[string]cacheEntry // by connection id
+	// gen counts Invalidate calls: a store read that started before one
+	// may have seen the state before the change, so it is not cached.
+	gen uint64
+}
+
+// NewChecker returns a checker that verifies tokens with signer and reads
+// connections from store, trusting what it read for ttl (DefaultCheckTTL in
+// the server; 0 reads the store on every check).
+func NewChecker(store bus.Store, signer *Signer, clock bus.Clock, ttl time.Duration) *Checker {
+	return &Checker{store: store, signer: signer, clock: clock, ttl: ttl, cache: make(map[string]cacheEntry)}
+}
+
+// Check verifies token for a route that needs role, in workspace tenant
+// (the {t} of the URL) and, on consumer routes, for connection clientID (the
+// {c} of the URL; "" on producer routes). It returns the token's claims, or a
+// *bus.Error refusal; the first failing rule of this order wins:
+//
+//  1. 401 producer.unauthenticated: the token is missing, malformed, badly
+//     signed, expired or for another environment, or its credential_version
+//     is below the connection's current one (the secret was rotated or revoked).
+//  2. 403 producer.not_registered: the connection was removed or is revoked,
+//     or the token's role is not role (a producer's token on a pull route).
+//  3. 403 tenant.mismatch: the token's tenant is not tenant.
+//  4. 403 consumer.not_owner: clientID is not "" and not the token's client_id.
+//
+// Other errors (the store could not be read) are internal, not refusals.
+func (c *Checker) Check(ctx context.Context, token string, role bus.ConnectionKind, tenant, clientID string) (*Claims, error) {
+	claims, err := c.signer.Verify(token)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.state(ctx, claims.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if st.exists && claims.CredentialVersion < st.credentialVersion {
+		return nil, bus.Errorf(bus.RuleUnauthenticated,
+			"Access token was issued before the client secret of connection %s was rotated or revoked: get a new token from POST /v1/oauth/token with the current secret.",
+			claims.ClientID)
+	}
+	switch {
+	case !st.exists:
+		return nil, bus.Errorf(bus.RuleNotRegistered,
+			"Connection %s no longer exists (it was removed): use the credentials of an existing %s connection.",
+			claims.ClientID, role)
+	case st.status != bus.StatusActive:
+		return nil, bus.Errorf(bus.RuleNotRegistered,
+			"Connection %s is revoked: a workspace admin can restore it (POST /v1/manage/workspaces/%s/connections/%s/restore), then this token works again until it expires.",
+			claims.ClientID, claims.Tenant, claims.ClientID)
+	case claims.Role != role || st.kind != role:
+		return nil, bus.Errorf(bus.RuleNotRegistered,
+			"This route needs a %s connection's token, but the token belongs to %s connection %s: use your %s connection's client id and secret.",
+			role, claims.Role, claims.ClientID, role)
+	}
+	if claims.Tenant != tenant || st.workspaceID != tenant {
+		return nil, bus.Errorf(bus.RuleTenantMismatch,
+			"Workspace %q in the URL is not the workspace of this token: use the tenant claim of your token (%s).",
+			tenant, claims.Tenant)
+	}
+	if clientID != "" && clientID != claims.ClientID {
+		return nil, bus.Errorf(bus.RuleNotOwner,
+			"Client id %q in the URL is not the connection of this token: use your client id (%s).",
+			clientID, claims.ClientID)
+	}
+	return claims, nil
+}
+
+// Invalidate forgets what the checker knows of a connection, so that a change
+// made on this node (a revoke, a rotation, a removal) takes effect at once
+// here; other nodes see it when their cache entry expires.
+func (c *Checker) Invalidate(connectionID string) {
+	c.mu.Lock()
+	delete(c.cache, connectionID)
+	c.gen++
+	c.mu.Unlock()
+}
+
+// state returns the connection's state from the cache when it was read less
+// than ttl ago, else from the store.
+func (c *Checker) state(ctx context.Context, id string) (connState, error) {
+	now := c.clock.Now()
+	c.mu.Lock()
+	e, ok := c.cache[id]
+	// An entry is fresh for ttl after it was read. A clock that went back
+	// (now before fetchedAt) also counts as stale, so no entry lives forever.
+	if ok && now.Sub(e.fetchedAt) < c.ttl && !now.Before(e.fetchedAt) {
+		c.mu.Unlock()
+		return e.state, nil
+	}
+	gen := c.gen
+	c.mu.Unlock()
+
+	// Read outside the lock: a slow store must not hold up other checks.
+	// Two checks missing on the same id at once both read; that is fine.
+	var st connState
+	err := c.store.View(ctx, func(tx bus.Tx) error {
+		conn, err := tx.ConnectionGet(id)
+		if errors.Is(err, bus.ErrNotFound) {
+			st = connState{} // removed: cached like any state, for ttl
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		st = connState{
+			exists:            true,
+			kind:              conn.Kind,
+			workspaceID:       conn.WorkspaceID,
+			status:            conn.Status,
+			credentialVersion: conn.CredentialVersion,
+		}
+		return nil
+	})
+	if err != nil {
+		return connState{}, fmt.Errorf("auth: read connection: %w", err)
+	}
+	if c.ttl <= 0 {
+		return st, nil
+	}
+	c.mu.Lock()
+	if c.gen == gen { // else an Invalidate ran meanwhile: st may be stale
+		if len(c.cache) >= maxCachedConnections {
+			c.evictLocked(now)
+		}
+		c.cache[id] = cacheEntry{state: st, fetchedAt: now}
+	}
+	c.mu.Unlock()
+	return st, nil
+}
+
+// evictLocked drops stale entries and, if the cache is still full, half of
+// the rest (any half: they are only re-read from the store).
+func (c *Checker) evictLocked(now time.Time) {
+	for id, e := range c.cache {
+		if now.Sub(e.fetchedAt) >= c.ttl || now.Before(e.fetchedAt) {
+			delete(c.cache, id)
+		}
+	}
+	for id := range c.cache {
+		if len(c.cache) < maxCachedConnections/2 {
+			break
+		}
+		delete(c.cache, id)
+	}
+}
