@@ -159,6 +159,9 @@ type ReceiveResult struct {
 	NextVisibleAt time.Time
 	// Woken lists queues that got a ready message as a side effect.
 	Woken []string
+	// Replayed is true when an attempt record was found and replayed (the
+	// answer is final even when empty: a replay takes nothing new).
+	Replayed bool
 }
 
 // SettleParams acknowledges or releases handles of one queue.

@@ -182,16 +182,16 @@ type Delivery struct {
 
 // DeadLetter is a message moved to a queue's dead-letter queue.
 type DeadLetter struct {
-	ID             int64
-	MessageID      string
-	MessageType    string
-	CorrelationID  string
-	Topic          string
-	ProducerID     string
-	ReceiveCount   int
-	EnqueuedAt     time.Time
-	DeadLetteredAt time.Time
-	Envelope       []byte
+	ID             int64           `json:"-"`
+	MessageID      string          `json:"message_id"`
+	MessageType    string          `json:"message_type"`
+	CorrelationID  string          `json:"correlation_id"`
+	Topic          string          `json:"topic"`
+	ProducerID     string          `json:"producer_id"`
+	ReceiveCount   int             `json:"receive_count"`
+	EnqueuedAt     time.Time       `json:"enqueued_at"`
+	DeadLetteredAt time.Time       `json:"dead_lettered_at"`
+	Envelope       json.RawMessage `json:"envelope"`
 }
 
 // QueueStats are a consumer queue's counts.

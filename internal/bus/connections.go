@@ -1,0 +1,468 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ConnectionView is a connection as the management API shows it. The queue
+// counts are set for consumers only.
+type ConnectionView struct {
+	ID                string           `json:"id"`
+	WorkspaceID       string           `json:"workspace_id"`
+	Kind              ConnectionKind   `json:"kind"`
+	Name              string           `json:"name"`
+	Status            ConnectionStatus `json:"status"`
+	AttemptLimit      int              `json:"attempt_limit"`
+	QuotaTier         string           `json:"quota_tier"`
+	CredentialVersion int64            `json:"credential_version"`
+	Secret            SecretView       `json:"secret"`
+	Subscriptions     []Subscription   `json:"subscriptions"`
+	CreatedAt         time.Time        `json:"created_at"`
+	*QueueStats
+}
+
+// SecretView is the state of a connection's secret, never the secret.
+type SecretView struct {
+	State             SecretState `json:"state"`
+	IssuedAt          *time.Time  `json:"issued_at"`
+	PreviousExpiresAt *time.Time  `json:"previous_expires_at"`
+}
+
+// ConnectionParams are the fields of a connection create or update; nil
+// means "not given".
+type ConnectionParams struct {
+	Kind          *ConnectionKind `json:"kind"`
+	Name          *string         `json:"name"`
+	AttemptLimit  *int            `json:"attempt_limit"`
+	QuotaTier     *string         `json:"quota_tier"`
+	Subscriptions *[]Subscription `json:"subscriptions"`
+}
+
+// SecretIssued is the answer of "Get client secret" and rotate: the secret
+// is shown this once.
+type SecretIssued struct {
+	ClientID          string `json:"client_id"`
+	ClientSecret      string `json:"client_secret"`
+	CredentialVersion int64  `json:"credential_version"`
+	TokenURL          string `json:"token_url"`
+	MessagesURL       string `json:"messages_url"`
+	AckURL            string `json:"ack_url,omitempty"`
+	NackURL           string `json:"nack_url,omitempty"`
+	SkillsURL         string `json:"skills_url,omitempty"`
+}
+
+func (s *Service) view(ctx context.Context, c Connection, withStats bool) (ConnectionView, error) {
+	v := ConnectionView{
+		ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind, Name: c.Name, Status: c.Status,
+		AttemptLimit: c.AttemptLimit, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion,
+		Secret:        SecretView{State: c.SecretState, IssuedAt: c.SecretIssuedAt, PreviousExpiresAt: c.PreviousSecretExpiresAt},
+		Subscriptions: c.Subscriptions, CreatedAt: c.CreatedAt,
+	}
+	if v.Subscriptions == nil {
+		v.Subscriptions = []Subscription{}
+	}
+	if v.Secret.State == "" {
+		v.Secret.State = SecretNone
+	}
+	// The previous secret's expiry is shown only while it still gets tokens.
+	if v.Secret.PreviousExpiresAt != nil && !v.Secret.PreviousExpiresAt.After(s.clock.Now()) {
+		v.Secret.PreviousExpiresAt = nil
+	}
+	if c.Kind == KindConsumer && withStats {
+		st, err := s.store.QueueStats(ctx, c.ID, s.clock.Now())
+		if err != nil {
+			return v, fmt.Errorf("queue stats: %w", err)
+		}
+		v.QueueStats = &st
+	}
+	return v, nil
+}
+
+// checkConnectionParams validates the given fields of a create or update.
+func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p ConnectionParams) error {
+	if p.Name != nil {
+		if err := checkName("name", *p.Name); err != nil {
+			return err
+		}
+	}
+	if p.AttemptLimit != nil && (*p.AttemptLimit < 1 || *p.AttemptLimit > 1000) {
+		return Errorf(RuleManageBadRequest, "attempt_limit must be between 1 and 1000.")
+	}
+	if p.AttemptLimit != nil && kind != KindConsumer {
+		return Errorf(RuleManageBadRequest, "attempt_limit applies to consumer connections only.")
+	}
+	if p.QuotaTier != nil {
+		exists, operatorOnly := s.cfg.Tiers(*p.QuotaTier)
+		if !exists {
+			return Errorf(RuleManageBadRequest, "quota_tier %q is not a tier of this server.", *p.QuotaTier)
+		}
+		if operatorOnly && !a.User.Operator {
+			return Errorf(RuleManageForbidden, "quota_tier %q may only be assigned by operators.", *p.QuotaTier)
+		}
+	}
+	if p.Subscriptions != nil {
+		if kind != KindConsumer {
+			return Errorf(RuleManageBadRequest, "subscriptions apply to consumer connections only.")
+		}
+		if len(*p.Subscriptions) > MaxSubscriptions {
+			return Errorf(RuleManageBadRequest, "subscriptions may hold at most %d entries.", MaxSubscriptions)
+		}
+		for i, sub := range *p.Subscriptions {
+			if err := ValidateTopicPattern(sub.Topic); err != nil {
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
+			}
+			if len(sub.Producers) > MaxProducerFilters {
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers may hold at most %d ids.", i, MaxProducerFilters)
+			}
+			for j, pid := range sub.Producers {
+				if !ValidID(pid, PrefixConnection) {
+					return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d] is not a connection id.", i, j)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// CreateConnection creates a consumer or producer connection (admins).
+func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID string, p ConnectionParams) (ConnectionView, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
+		return ConnectionView{}, err
+	}
+	if p.Kind == nil || (*p.Kind != KindConsumer && *p.Kind != KindProducer) {
+		return ConnectionView{}, Errorf(RuleManageBadRequest, "kind must be \"consumer\" or \"producer\".")
+	}
+	if p.Name == nil {
+		return ConnectionView{}, Errorf(RuleManageBadRequest, "name is required.")
+	}
+	if err := s.checkConnectionParams(a, *p.Kind, p); err != nil {
+		return ConnectionView{}, err
+	}
+	now := s.clock.Now()
+	c := Connection{
+		ID: NewID(PrefixConnection), WorkspaceID: workspaceID, Kind: *p.Kind, Name: *p.Name,
+		Status: StatusActive, AttemptLimit: 5, QuotaTier: "standard", SecretState: SecretNone,
+		Subscriptions: []Subscription{}, CreatedAt: now, UpdatedAt: now,
+	}
+	if p.AttemptLimit != nil {
+		c.AttemptLimit = *p.AttemptLimit
+	}
+	if p.QuotaTier != nil {
+		c.QuotaTier = *p.QuotaTier
+	}
+	if p.Subscriptions != nil {
+		c.Subscriptions = *p.Subscriptions
+	}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.ConnectionCreate(c); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "connection.create", c.ID, map[string]any{
+			"kind": c.Kind, "name": c.Name, "attempt_limit": c.AttemptLimit, "quota_tier": c.QuotaTier, "subscriptions": c.Subscriptions}))
+	})
+	if err != nil {
+		return ConnectionView{}, fmt.Errorf("create connection: %w", err)
+	}
+	return s.view(ctx, c, true)
+}
+
+// loadConnection reads a connection of a workspace, refusing ids of other
+// workspaces as not found.
+func loadConnection(tx Tx, workspaceID, id string) (Connection, error) {
+	c, err := tx.ConnectionGet(id)
+	if errors.Is(err, ErrNotFound) || err == nil && c.WorkspaceID != workspaceID {
+		return Connection{}, Errorf(RuleManageNotFound, "Connection %s not found in workspace %s.", id, workspaceID)
+	}
+	return c, err
+}
+
+// refusalOr returns err as it is when it is a refusal, else wrapped.
+func refusalOr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := AsError(err); ok {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// GetConnection reads one connection (viewers).
+func (s *Service) GetConnection(ctx context.Context, a *Actor, workspaceID, id string) (ConnectionView, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleViewer); err != nil {
+		return ConnectionView{}, err
+	}
+	c, err := s.readConnection(ctx, workspaceID, id)
+	if err != nil {
+		return ConnectionView{}, err
+	}
+	return s.view(ctx, c, true)
+}
+
+// ConnectionOf reads a connection of a workspace for a caller with at least
+// min there.
+func (s *Service) ConnectionOf(ctx context.Context, a *Actor, workspaceID, id string, min Role) (Connection, error) {
+	if err := s.requireRole(ctx, a, workspaceID, min); err != nil {
+		return Connection{}, err
+	}
+	return s.readConnection(ctx, workspaceID, id)
+}
+
+func (s *Service) readConnection(ctx context.Context, workspaceID, id string) (Connection, error) {
+	var c Connection
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		c, err = loadConnection(tx, workspaceID, id)
+		return err
+	})
+	return c, refusalOr("read connection", err)
+}
+
+// ListConnections lists a workspace's connections, of one kind unless kind
+// is "" (viewers).
+func (s *Service) ListConnections(ctx context.Context, a *Actor, workspaceID string, kind ConnectionKind) ([]ConnectionView, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleViewer); err != nil {
+		return nil, err
+	}
+	if kind != "" && kind != KindConsumer && kind != KindProducer {
+		return nil, Errorf(RuleManageBadRequest, "kind must be \"consumer\" or \"producer\".")
+	}
+	var cs []Connection
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		cs, err = tx.ConnectionList(workspaceID, kind)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list connections: %w", err)
+	}
+	out := make([]ConnectionView, 0, len(cs))
+	for _, c := range cs {
+		v, err := s.view(ctx, c, true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// UpdateConnection changes a connection's name, attempt limit, tier or
+// subscriptions (admins).
+func (s *Service) UpdateConnection(ctx context.Context, a *Actor, workspaceID, id string, p ConnectionParams) (ConnectionView, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
+		return ConnectionView{}, err
+	}
+	if p.Kind != nil {
+		return ConnectionView{}, Errorf(RuleManageBadRequest, "kind cannot be changed; create another connection.")
+	}
+	var c Connection
+	err := s.store.Update(ctx, func(tx Tx) error {
+		var err error
+		c, err = loadConnection(tx, workspaceID, id)
+		if err != nil {
+			return err
+		}
+		if err := s.checkConnectionParams(a, c.Kind, p); err != nil {
+			return err
+		}
+		details := map[string]any{}
+		if p.Name != nil {
+			c.Name, details["name"] = *p.Name, *p.Name
+		}
+		if p.AttemptLimit != nil {
+			c.AttemptLimit, details["attempt_limit"] = *p.AttemptLimit, *p.AttemptLimit
+		}
+		if p.QuotaTier != nil {
+			c.QuotaTier, details["quota_tier"] = *p.QuotaTier, *p.QuotaTier
+		}
+		if p.Subscriptions != nil {
+			c.Subscriptions, details["subscriptions"] = *p.Subscriptions, *p.Subscriptions
+		}
+		c.UpdatedAt = s.clock.Now()
+		if err := tx.ConnectionUpdate(c); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "connection.update", c.ID, details))
+	})
+	if err != nil {
+		return ConnectionView{}, refusalOr("update connection", err)
+	}
+	s.cfg.OnConnectionChange(c.ID)
+	return s.view(ctx, c, true)
+}
+
+// RemoveConnection deletes a connection, its queue and credentials (admins).
+func (s *Service) RemoveConnection(ctx context.Context, a *Actor, workspaceID, id string) error {
+	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
+		return err
+	}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		c, err := loadConnection(tx, workspaceID, id)
+		if err != nil {
+			return err
+		}
+		if err := tx.ConnectionDelete(id); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "connection.remove", id, map[string]any{"kind": c.Kind, "name": c.Name}))
+	})
+	if err != nil {
+		return refusalOr("remove connection", err)
+	}
+	s.cfg.OnConnectionChange(id)
+	return nil
+}
+
+// changeConnection runs one credential or status change under the
+// connection's row in one transaction with its audit entry.
+func (s *Service) changeConnection(ctx context.Context, a *Actor, workspaceID, id string, min Role, action string,
+	change func(c *Connection, now time.Time) (details map[string]any, err error)) (Connection, error) {
+	if err := s.requireRole(ctx, a, workspaceID, min); err != nil {
+		return Connection{}, err
+	}
+	var c Connection
+	err := s.store.Update(ctx, func(tx Tx) error {
+		var err error
+		c, err = loadConnection(tx, workspaceID, id)
+		if err != nil {
+			return err
+		}
+		now := s.clock.Now()
+		details, err := change(&c, now)
+		if err != nil {
+			return err
+		}
+		if details == nil { // nothing changed: no write, no audit entry
+			return nil
+		}
+		c.UpdatedAt = now
+		if err := tx.ConnectionUpdate(c); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, action, c.ID, details))
+	})
+	if err != nil {
+		return Connection{}, refusalOr(action, err)
+	}
+	s.cfg.OnConnectionChange(id)
+	return c, nil
+}
+
+func (s *Service) issued(c Connection, secret string) SecretIssued {
+	base := s.cfg.PublicURL + "/v1"
+	out := SecretIssued{ClientID: c.ID, ClientSecret: secret, CredentialVersion: c.CredentialVersion, TokenURL: base + "/oauth/token"}
+	if c.Kind == KindProducer {
+		out.MessagesURL = base + "/tenants/" + c.WorkspaceID + "/messages"
+		return out
+	}
+	q := base + "/tenants/" + c.WorkspaceID + "/consumers/" + c.ID
+	out.MessagesURL, out.AckURL, out.NackURL, out.SkillsURL = q+"/messages", q+"/ack", q+"/nack", q+"/skills"
+	return out
+}
+
+// IssueSecret is "Get client secret": a first secret, or a new one after a
+// revocation (developers). 409 while a secret is active.
+func (s *Service) IssueSecret(ctx context.Context, a *Actor, workspaceID, id string) (SecretIssued, error) {
+	plain, hash := s.cfg.Credentials.NewSecret()
+	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleDeveloper, "secret.issue", func(c *Connection, now time.Time) (map[string]any, error) {
+		if c.SecretState == SecretActive {
+			return nil, Errorf(RuleManageConflict, "Connection %s has an active secret; rotate it instead.", c.ID)
+		}
+		c.CredentialVersion++
+		c.SecretState, c.SecretHash, c.SecretIssuedAt = SecretActive, hash, &now
+		c.PreviousSecretHash, c.PreviousSecretExpiresAt = nil, nil
+		return map[string]any{"credential_version": c.CredentialVersion}, nil
+	})
+	if err != nil {
+		return SecretIssued{}, err
+	}
+	return s.issued(c, plain), nil
+}
+
+// RotateSecret issues a new secret; the previous one keeps getting tokens
+// for the overlap (developers).
+func (s *Service) RotateSecret(ctx context.Context, a *Actor, workspaceID, id, overlap string) (SecretIssued, error) {
+	if overlap == "" {
+		overlap = "24h"
+	}
+	d, ok := Overlaps[overlap]
+	if !ok {
+		return SecretIssued{}, Errorf(RuleManageBadRequest, "overlap must be one of \"24h\", \"3d\", \"1h\", \"none\".")
+	}
+	plain, hash := s.cfg.Credentials.NewSecret()
+	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleDeveloper, "secret.rotate", func(c *Connection, now time.Time) (map[string]any, error) {
+		if c.SecretState != SecretActive {
+			return nil, Errorf(RuleManageConflict, "Connection %s has no active secret to rotate; get a client secret first.", c.ID)
+		}
+		c.CredentialVersion++
+		if d > 0 {
+			exp := now.Add(d)
+			c.PreviousSecretHash, c.PreviousSecretExpiresAt = c.SecretHash, &exp
+		} else {
+			c.PreviousSecretHash, c.PreviousSecretExpiresAt = nil, nil
+		}
+		c.SecretHash, c.SecretIssuedAt = hash, &now
+		return map[string]any{"credential_version": c.CredentialVersion, "overlap": overlap}, nil
+	})
+	if err != nil {
+		return SecretIssued{}, err
+	}
+	return s.issued(c, plain), nil
+}
+
+// StopPreviousSecret ends a rotation's overlap now (developers).
+func (s *Service) StopPreviousSecret(ctx context.Context, a *Actor, workspaceID, id string) (ConnectionView, error) {
+	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleDeveloper, "secret.stop_previous", func(c *Connection, now time.Time) (map[string]any, error) {
+		if c.PreviousSecretHash == nil {
+			return nil, nil
+		}
+		c.PreviousSecretHash, c.PreviousSecretExpiresAt = nil, nil
+		return map[string]any{"credential_version": c.CredentialVersion}, nil
+	})
+	if err != nil {
+		return ConnectionView{}, err
+	}
+	return s.view(ctx, c, true)
+}
+
+// RevokeSecret stops the secret (and any previous one) now and its tokens
+// within 30 seconds (developers). The connection and its queue stay.
+func (s *Service) RevokeSecret(ctx context.Context, a *Actor, workspaceID, id string) (ConnectionView, error) {
+	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleDeveloper, "secret.revoke", func(c *Connection, now time.Time) (map[string]any, error) {
+		if c.SecretState != SecretActive {
+			return nil, Errorf(RuleManageConflict, "Connection %s has no active secret to revoke.", c.ID)
+		}
+		c.CredentialVersion++
+		c.SecretState, c.SecretHash = SecretRevoked, nil
+		c.PreviousSecretHash, c.PreviousSecretExpiresAt = nil, nil
+		return map[string]any{"credential_version": c.CredentialVersion}, nil
+	})
+	if err != nil {
+		return ConnectionView{}, err
+	}
+	return s.view(ctx, c, true)
+}
+
+// SetConnectionStatus revokes or restores a connection (admins).
+func (s *Service) SetConnectionStatus(ctx context.Context, a *Actor, workspaceID, id string, status ConnectionStatus) (ConnectionView, error) {
+	action := "connection.revoke"
+	if status == StatusActive {
+		action = "connection.restore"
+	}
+	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleAdmin, action, func(c *Connection, now time.Time) (map[string]any, error) {
+		if c.Status == status {
+			return nil, nil
+		}
+		prev := c.Status
+		c.Status = status
+		return map[string]any{"status": status, "previous_status": prev}, nil
+	})
+	if err != nil {
+		return ConnectionView{}, err
+	}
+	return s.view(ctx, c, true)
+}

@@ -1,0 +1,408 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Actor is an authenticated user of the management API.
+type Actor struct {
+	User  User
+	Roles map[string]Role // workspace id -> role
+}
+
+// Overlaps are the allowed overlaps of a rotation.
+var Overlaps = map[string]time.Duration{"24h": 24 * time.Hour, "3d": 72 * time.Hour, "1h": time.Hour, "none": 0}
+
+// Limits of management fields.
+const (
+	MaxNameLength      = 200
+	MaxSubscriptions   = 100
+	MaxProducerFilters = 100
+	MaxRegistrations   = 1000
+	MaxAuditPage       = 100
+	DefaultAuditPage   = 50
+)
+
+// AuthenticateAPIKey finds the user holding an API key.
+func (s *Service) AuthenticateAPIKey(ctx context.Context, key string) (*Actor, error) {
+	if key == "" {
+		return nil, Errorf(RuleManageUnauthenticated, "Missing API key: send Authorization: Bearer <api key>.")
+	}
+	var a Actor
+	err := s.store.View(ctx, func(tx Tx) error {
+		u, err := tx.UserByAPIKeyHash(s.cfg.Credentials.Hash(key))
+		if err != nil {
+			return err
+		}
+		ms, err := tx.MemberListByUser(u.ID)
+		if err != nil {
+			return err
+		}
+		a.User = u
+		a.Roles = make(map[string]Role, len(ms))
+		for _, m := range ms {
+			a.Roles[m.WorkspaceID] = m.Role
+		}
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, Errorf(RuleManageUnauthenticated, "Unknown API key.")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authenticate api key: %w", err)
+	}
+	return &a, nil
+}
+
+// Bootstrap creates the first operator with apiKey when the store has no
+// users. It returns created=false when users already exist.
+func (s *Service) Bootstrap(ctx context.Context, apiKey string) (created bool, err error) {
+	now := s.clock.Now()
+	err = s.store.Update(ctx, func(tx Tx) error {
+		n, err := tx.UserCount()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			created = false
+			return nil
+		}
+		u := User{ID: NewID(PrefixUser), Name: "operator", Email: "operator@localhost", Operator: true, CreatedAt: now}
+		if err := tx.UserCreate(u); err != nil {
+			return err
+		}
+		if err := tx.APIKeyCreate(APIKey{ID: NewID(PrefixAPIKey), UserID: u.ID, Hash: s.cfg.Credentials.Hash(apiKey), CreatedAt: now}); err != nil {
+			return err
+		}
+		created = true
+		return tx.AuditInsert(AuditEntry{ID: NewID(PrefixAudit), At: now, Actor: "system", Action: "user.create", Target: u.ID,
+			Details: map[string]any{"operator": true, "bootstrap": true}})
+	})
+	return created, err
+}
+
+// requireOperator refuses callers who are not operators.
+func requireOperator(a *Actor) error {
+	if !a.User.Operator {
+		return Errorf(RuleManageForbidden, "Only operators may do this.")
+	}
+	return nil
+}
+
+// requireRole checks that the workspace exists and a has at least min there.
+func (s *Service) requireRole(ctx context.Context, a *Actor, workspaceID string, min Role) error {
+	var exists bool
+	err := s.store.View(ctx, func(tx Tx) error {
+		_, err := tx.WorkspaceGet(workspaceID)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		exists = err == nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read workspace: %w", err)
+	}
+	if !exists {
+		return Errorf(RuleManageNotFound, "Workspace %s not found.", workspaceID)
+	}
+	role := a.Roles[workspaceID]
+	if !role.AtLeast(min) {
+		if role == "" {
+			return Errorf(RuleManageForbidden, "You are not a member of workspace %s.", workspaceID)
+		}
+		return Errorf(RuleManageForbidden, "This needs the %s role or above in workspace %s; you are %s.", min, workspaceID, role)
+	}
+	return nil
+}
+
+// audit builds an audit entry for a change by a.
+func (s *Service) audit(a *Actor, workspaceID, action, target string, details map[string]any) AuditEntry {
+	if details == nil {
+		details = map[string]any{}
+	}
+	return AuditEntry{ID: NewID(PrefixAudit), WorkspaceID: workspaceID, At: s.clock.Now(), Actor: a.User.ID, Action: action, Target: target, Details: details}
+}
+
+// checkName checks a required human name.
+func checkName(field, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return Errorf(RuleManageBadRequest, "%s is required.", field)
+	}
+	if utf8.RuneCountInString(v) > MaxNameLength || !utf8.ValidString(v) {
+		return Errorf(RuleManageBadRequest, "%s must be at most %d characters.", field, MaxNameLength)
+	}
+	return nil
+}
+
+// Whoami answers the caller's user and roles.
+func (s *Service) Whoami(a *Actor) WhoamiView {
+	v := WhoamiView{User: a.User, Roles: []Member{}}
+	for ws, r := range a.Roles {
+		v.Roles = append(v.Roles, Member{WorkspaceID: ws, UserID: a.User.ID, Role: r})
+	}
+	sortMembers(v.Roles)
+	return v
+}
+
+// WhoamiView is the answer of GET /v1/manage/whoami.
+type WhoamiView struct {
+	User  User     `json:"user"`
+	Roles []Member `json:"roles"`
+}
+
+// CreateUserParams are the fields of POST /v1/manage/users.
+type CreateUserParams struct {
+	Name     string `json:"name"`
+	Email    string `json:"email"`
+	Operator bool   `json:"operator"`
+}
+
+// CreateUser creates a user (operators only).
+func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) (User, error) {
+	if err := requireOperator(a); err != nil {
+		return User{}, err
+	}
+	if err := checkName("name", p.Name); err != nil {
+		return User{}, err
+	}
+	if addr, err := mail.ParseAddress(p.Email); err != nil || addr.Address != p.Email || len(p.Email) > 254 {
+		return User{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most 254 characters.")
+	}
+	u := User{ID: NewID(PrefixUser), Name: p.Name, Email: p.Email, Operator: p.Operator, CreatedAt: s.clock.Now()}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.UserCreate(u); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, "", "user.create", u.ID, map[string]any{"name": u.Name, "email": u.Email, "operator": u.Operator}))
+	})
+	if errors.Is(err, ErrConflict) {
+		return User{}, Errorf(RuleManageConflict, "A user with email %s exists already.", p.Email)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("create user: %w", err)
+	}
+	return u, nil
+}
+
+// APIKeyView is the answer of POST /v1/manage/users/{u}/keys; the key is
+// shown this once.
+type APIKeyView struct {
+	ID        string    `json:"id"`
+	UserID    string    `json:"user_id"`
+	APIKey    string    `json:"api_key"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateAPIKey issues an API key for a user (operators only).
+func (s *Service) CreateAPIKey(ctx context.Context, a *Actor, userID string) (APIKeyView, error) {
+	if err := requireOperator(a); err != nil {
+		return APIKeyView{}, err
+	}
+	plain, hash := s.cfg.Credentials.NewAPIKey()
+	k := APIKey{ID: NewID(PrefixAPIKey), UserID: userID, Hash: hash, CreatedAt: s.clock.Now()}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if _, err := tx.UserGet(userID); err != nil {
+			return err
+		}
+		if err := tx.APIKeyCreate(k); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, "", "key.create", userID, map[string]any{"key_id": k.ID}))
+	})
+	if errors.Is(err, ErrNotFound) {
+		return APIKeyView{}, Errorf(RuleManageNotFound, "User %s not found.", userID)
+	}
+	if err != nil {
+		return APIKeyView{}, fmt.Errorf("create api key: %w", err)
+	}
+	return APIKeyView{ID: k.ID, UserID: userID, APIKey: plain, CreatedAt: k.CreatedAt}, nil
+}
+
+// CreateWorkspace creates a workspace whose owner is the creator
+// (operators only).
+func (s *Service) CreateWorkspace(ctx context.Context, a *Actor, name string) (Workspace, error) {
+	if err := requireOperator(a); err != nil {
+		return Workspace{}, err
+	}
+	if err := checkName("name", name); err != nil {
+		return Workspace{}, err
+	}
+	w := Workspace{ID: NewID(PrefixWorkspace), Name: name, CreatedAt: s.clock.Now()}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.WorkspaceCreate(w); err != nil {
+			return err
+		}
+		if err := tx.MemberSet(Member{WorkspaceID: w.ID, UserID: a.User.ID, Role: RoleOwner}); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, w.ID, "workspace.create", w.ID, map[string]any{"name": name}))
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("create workspace: %w", err)
+	}
+	a.Roles[w.ID] = RoleOwner
+	return w, nil
+}
+
+// ListWorkspaces lists the caller's workspaces.
+func (s *Service) ListWorkspaces(ctx context.Context, a *Actor) ([]Workspace, error) {
+	var ws []Workspace
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		ws, err = tx.WorkspaceList(a.User.ID)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	if ws == nil {
+		ws = []Workspace{}
+	}
+	return ws, nil
+}
+
+// GetWorkspace reads one workspace (members).
+func (s *Service) GetWorkspace(ctx context.Context, a *Actor, id string) (Workspace, error) {
+	if err := s.requireRole(ctx, a, id, RoleViewer); err != nil {
+		return Workspace{}, err
+	}
+	var w Workspace
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		w, err = tx.WorkspaceGet(id)
+		return err
+	})
+	if err != nil {
+		return Workspace{}, fmt.Errorf("get workspace: %w", err)
+	}
+	return w, nil
+}
+
+// SetMember grants or changes a user's role (owners only). The last owner
+// cannot be demoted.
+func (s *Service) SetMember(ctx context.Context, a *Actor, workspaceID, userID string, role Role) (Member, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
+		return Member{}, err
+	}
+	if role.Rank() == 0 {
+		return Member{}, Errorf(RuleManageBadRequest, "role must be one of viewer, developer, admin, owner.")
+	}
+	m := Member{WorkspaceID: workspaceID, UserID: userID, Role: role}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if _, err := tx.UserGet(userID); err != nil {
+			return err
+		}
+		old, err := tx.MemberGet(workspaceID, userID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if old.Role == RoleOwner && role != RoleOwner {
+			if err := s.keepAnOwner(tx, workspaceID, userID); err != nil {
+				return err
+			}
+		}
+		if err := tx.MemberSet(m); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "member.set", userID, map[string]any{"role": string(role), "previous_role": string(old.Role)}))
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Member{}, Errorf(RuleManageNotFound, "User %s not found.", userID)
+	}
+	if err != nil {
+		if _, ok := AsError(err); ok {
+			return Member{}, err
+		}
+		return Member{}, fmt.Errorf("set member: %w", err)
+	}
+	return m, nil
+}
+
+// keepAnOwner refuses a change that would leave the workspace without an
+// owner other than userID.
+func (s *Service) keepAnOwner(tx Tx, workspaceID, userID string) error {
+	ms, err := tx.MemberListByWorkspace(workspaceID)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Role == RoleOwner && m.UserID != userID {
+			return nil
+		}
+	}
+	return Errorf(RuleManageConflict, "User %s is the workspace's last owner; make someone else owner first.", userID)
+}
+
+// RemoveMember removes a user's role (owners only).
+func (s *Service) RemoveMember(ctx context.Context, a *Actor, workspaceID, userID string) error {
+	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
+		return err
+	}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		old, err := tx.MemberGet(workspaceID, userID)
+		if err != nil {
+			return err
+		}
+		if old.Role == RoleOwner {
+			if err := s.keepAnOwner(tx, workspaceID, userID); err != nil {
+				return err
+			}
+		}
+		if err := tx.MemberDelete(workspaceID, userID); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "member.remove", userID, map[string]any{"previous_role": string(old.Role)}))
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Errorf(RuleManageNotFound, "User %s is not a member of workspace %s.", userID, workspaceID)
+	}
+	if err != nil {
+		if _, ok := AsError(err); ok {
+			return err
+		}
+		return fmt.Errorf("remove member: %w", err)
+	}
+	return nil
+}
+
+// AuditPage is the answer of the audit listing.
+type AuditPage struct {
+	Entries    []AuditEntry `json:"entries"`
+	NextCursor *string      `json:"next_cursor"`
+}
+
+// ListAudit reads a workspace's audit log, newest first (admins).
+func (s *Service) ListAudit(ctx context.Context, a *Actor, workspaceID string, limit int, cursor string) (AuditPage, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
+		return AuditPage{}, err
+	}
+	if cursor != "" && !ValidID(cursor, PrefixAudit) {
+		return AuditPage{}, Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
+	}
+	var es []AuditEntry
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		es, err = tx.AuditList(workspaceID, limit+1, cursor)
+		return err
+	})
+	if err != nil {
+		return AuditPage{}, fmt.Errorf("list audit: %w", err)
+	}
+	page := AuditPage{Entries: es}
+	if len(es) > limit {
+		page.Entries = es[:limit]
+		next := es[limit-1].ID
+		page.NextCursor = &next
+	}
+	if page.Entries == nil {
+		page.Entries = []AuditEntry{}
+	}
+	return page, nil
+}

@@ -1,0 +1,373 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PublishResult is the answer for one published envelope.
+type PublishResult struct {
+	Accepted   bool        `json:"accepted"`
+	MessageID  string      `json:"message_id,omitempty"`
+	Topic      string      `json:"topic,omitempty"`
+	Deliveries *int        `json:"deliveries,omitempty"`
+	Duplicate  bool        `json:"duplicate,omitempty"`
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// Publish checks envelopes and accepts the good ones in order, in one
+// transaction; the answer has one result per envelope.
+func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, envelopes [][]byte) ([]PublishResult, error) {
+	results := make([]PublishResult, len(envelopes))
+	var msgs []PublishMessage
+	var idx []int
+	for i, raw := range envelopes {
+		m, vs := CheckEnvelope(raw)
+		if len(vs) > 0 {
+			results[i] = PublishResult{Accepted: false, Violations: vs}
+			continue
+		}
+		msgs = append(msgs, m)
+		idx = append(idx, i)
+	}
+	if len(msgs) == 0 {
+		return results, nil
+	}
+	outs, err := s.store.MessagePublish(ctx, &PublishParams{
+		WorkspaceID: workspaceID, ProducerID: producerID, Messages: msgs, Now: s.clock.Now(), DedupWindow: DedupWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+	var woken []string
+	seen := map[string]bool{}
+	for j, o := range outs {
+		n := o.Deliveries
+		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &n, Duplicate: o.Duplicate}
+		for _, q := range o.QueueIDs {
+			if !seen[q] {
+				seen[q] = true
+				woken = append(woken, q)
+			}
+		}
+	}
+	s.wake(ctx, woken)
+	return results, nil
+}
+
+// ReceiveRequest is a checked receive.
+type ReceiveRequest struct {
+	QueueID    string
+	Max        int
+	Wait       time.Duration
+	Visibility time.Duration
+	AttemptID  string
+}
+
+// Receive takes up to Max messages, waiting up to Wait for the first. It
+// answers as soon as at least one is ready, and with none when Wait runs
+// out, the client goes away, or the server stops.
+func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, error) {
+	deadline := time.Now().Add(r.Wait)
+	for {
+		// Register for a wake-up before looking, so a publish landing between
+		// the look and the wait is not missed.
+		woken := s.notifier.Wait(r.QueueID)
+		if ctx.Err() != nil {
+			return nil, nil // the client has gone: take nothing for it
+		}
+		now := s.clock.Now()
+		res, err := s.store.MessageReceive(ctx, &ReceiveParams{
+			QueueID: r.QueueID, Max: r.Max, Visibility: r.Visibility,
+			AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			s.log.ErrorContext(ctx, "receive", "queue_id", r.QueueID, "err", err)
+			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
+		}
+		s.wake(ctx, res.Woken)
+		if len(res.Deliveries) > 0 {
+			if ctx.Err() != nil {
+				// The client went away while we claimed: give them back at once.
+				s.releaseDeliveries(res.Deliveries, r.QueueID)
+				return nil, nil
+			}
+			return res.Deliveries, nil
+		}
+		if res.Replayed {
+			return nil, nil // a retried attempt takes nothing new: answer at once
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		wait := min(left, s.cfg.PollFallback)
+		if !res.NextVisibleAt.IsZero() {
+			// Sleep until the earliest story becomes visible again (release
+			// delays and visibility timeouts send no wake-up).
+			if d := res.NextVisibleAt.Sub(now); d < wait {
+				wait = max(d, time.Millisecond)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-s.stopping:
+			t.Stop()
+			return nil, nil
+		}
+		t.Stop()
+	}
+}
+
+// Release gives deliveries back at once: used when their answer could not
+// be written.
+func (s *Service) Release(queueID string, ds []Delivery) {
+	s.releaseDeliveries(ds, queueID)
+}
+
+func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
+	hs := make([]Handle, len(ds))
+	for i, d := range ds {
+		hs[i] = d.Handle
+	}
+	// A fresh context: the request's is done, and the release must happen.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := s.store.MessageNack(ctx, &SettleParams{QueueID: queueID, Handles: hs, Now: s.clock.Now()})
+	if err != nil {
+		s.log.Error("release undelivered messages", "queue_id", queueID, "err", err)
+		return
+	}
+	for _, r := range res {
+		if r.Woken {
+			s.wake(ctx, []string{queueID})
+			break
+		}
+	}
+}
+
+// HandleResult is the outcome of one receipt handle of an ack or nack.
+type HandleResult struct {
+	ReceiptHandle string `json:"receipt_handle"`
+	Code          string `json:"code,omitempty"`
+	Message       string `json:"message,omitempty"`
+	OK            bool   `json:"-"`
+}
+
+// Settle acknowledges (nack=false) or releases handles of a queue.
+func (s *Service) Settle(ctx context.Context, queueID string, receipts []string, nack bool, delay time.Duration) ([]HandleResult, error) {
+	out := make([]HandleResult, len(receipts))
+	var hs []Handle
+	var idx []int
+	for i, rh := range receipts {
+		out[i].ReceiptHandle = rh
+		h, err := s.cfg.Handles.Decode(rh)
+		if err != nil || h.QueueID != queueID {
+			out[i].Code, out[i].Message = CodeReceiptHandleIsInvalid, "The receipt handle is malformed or not from this queue."
+			continue
+		}
+		hs = append(hs, h)
+		idx = append(idx, i)
+	}
+	if len(hs) > 0 {
+		p := &SettleParams{QueueID: queueID, Handles: hs, Delay: delay, Now: s.clock.Now()}
+		var res []SettleResult
+		var err error
+		if nack {
+			res, err = s.store.MessageNack(ctx, p)
+		} else {
+			res, err = s.store.MessageAck(ctx, p)
+		}
+		if err != nil {
+			s.log.ErrorContext(ctx, "settle", "queue_id", queueID, "err", err)
+			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
+		}
+		woke := false
+		for j, r := range res {
+			i := idx[j]
+			out[i].OK = r.OK
+			if !r.OK {
+				out[i].Code, out[i].Message = r.Code, r.Message
+				if out[i].Code == "" {
+					out[i].Code = CodeReceiptHandleIsInvalid
+				}
+				if out[i].Message == "" {
+					out[i].Message = "The receipt handle is not from this message's latest delivery."
+				}
+			}
+			woke = woke || r.Woken
+		}
+		if woke {
+			s.wake(ctx, []string{queueID})
+		}
+	}
+	return out, nil
+}
+
+// ConsumerSkills reads a consumer's skill registrations for the pull API.
+func (s *Service) ConsumerSkills(ctx context.Context, connectionID string) (Skills, error) {
+	var sk Skills
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		sk, err = tx.SkillsGet(connectionID)
+		return err
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "read skills", "connection_id", connectionID, "err", err)
+		return Skills{}, &Error{Status: 503, RetryAfter: 5 * time.Second, Violations: []Violation{{Rule: RuleSkillsUnavailable, Message: "Your skill registrations could not be read; keep what you read last and retry after Retry-After."}}}
+	}
+	if sk.Registrations == nil {
+		sk.Registrations = []SkillRegistration{}
+	}
+	return sk, nil
+}
+
+// requireConsumer reads a consumer connection for a caller with min.
+func (s *Service) requireConsumer(ctx context.Context, a *Actor, workspaceID, id string, min Role) (Connection, error) {
+	c, err := s.ConnectionOf(ctx, a, workspaceID, id, min)
+	if err != nil {
+		return c, err
+	}
+	if c.Kind != KindConsumer {
+		return c, Errorf(RuleManageBadRequest, "Connection %s is a producer; this applies to consumer connections only.", id)
+	}
+	return c, nil
+}
+
+// PutSkills replaces a consumer's skill registrations (admins).
+func (s *Service) PutSkills(ctx context.Context, a *Actor, workspaceID, id string, regs []SkillRegistration) (Skills, error) {
+	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleAdmin); err != nil {
+		return Skills{}, err
+	}
+	if regs == nil {
+		return Skills{}, Errorf(RuleManageBadRequest, "registrations is required (an empty list clears them).")
+	}
+	if len(regs) > MaxRegistrations {
+		return Skills{}, Errorf(RuleManageBadRequest, "registrations may hold at most %d entries.", MaxRegistrations)
+	}
+	seen := map[string]bool{}
+	for i, r := range regs {
+		switch {
+		case r.InstanceID == "" || len(r.InstanceID) > MaxIDLength:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].instance_id must be 1 to 128 characters.", i)
+		case seen[r.InstanceID]:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].instance_id %q is repeated.", i, r.InstanceID)
+		case r.Skill == "" || len(r.Skill) > MaxNameLength:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].skill must be 1 to %d characters.", i, MaxNameLength)
+		case len(r.Name) > MaxNameLength:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].name must be at most %d characters.", i, MaxNameLength)
+		case r.AuthorityScale < 0 || r.AuthorityScale > 100:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].authority_scale must be between 0 and 100.", i)
+		}
+		if len(r.Values) == 0 || string(r.Values) == "null" {
+			regs[i].Values = []byte("{}")
+		} else if r.Values[0] != '{' {
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].values must be a JSON object.", i)
+		}
+		seen[r.InstanceID] = true
+	}
+	sk := Skills{Registrations: regs, UpdatedAt: s.clock.Now()}
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.SkillsPut(id, sk); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, workspaceID, "skills.update", id, map[string]any{"registrations": len(regs)}))
+	})
+	if err != nil {
+		return Skills{}, fmt.Errorf("put skills: %w", err)
+	}
+	return sk, nil
+}
+
+// GetSkills reads a consumer's skill registrations (viewers).
+func (s *Service) GetSkills(ctx context.Context, a *Actor, workspaceID, id string) (Skills, error) {
+	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleViewer); err != nil {
+		return Skills{}, err
+	}
+	var sk Skills
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		sk, err = tx.SkillsGet(id)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Skills{}, fmt.Errorf("get skills: %w", err)
+	}
+	if sk.Registrations == nil {
+		sk.Registrations = []SkillRegistration{}
+	}
+	return sk, nil
+}
+
+// DeadLetterPage is the answer of the dead-letter listing.
+type DeadLetterPage struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	NextCursor  *string      `json:"next_cursor"`
+}
+
+// ListDeadLetters reads a consumer's dead letters, oldest first (viewers).
+func (s *Service) ListDeadLetters(ctx context.Context, a *Actor, workspaceID, id string, limit int, after int64) (DeadLetterPage, error) {
+	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleViewer); err != nil {
+		return DeadLetterPage{}, err
+	}
+	dls, err := s.store.DeadLetterList(ctx, id, limit+1, after)
+	if err != nil {
+		return DeadLetterPage{}, fmt.Errorf("list dead letters: %w", err)
+	}
+	page := DeadLetterPage{DeadLetters: dls}
+	if len(dls) > limit {
+		page.DeadLetters = dls[:limit]
+		next := fmt.Sprintf("%d", dls[limit-1].ID)
+		page.NextCursor = &next
+	}
+	if page.DeadLetters == nil {
+		page.DeadLetters = []DeadLetter{}
+	}
+	return page, nil
+}
+
+// Redrive moves dead letters (all when ids is nil) back to the end of their
+// stories (developers).
+func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string, ids []string) (int, error) {
+	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleDeveloper); err != nil {
+		return 0, err
+	}
+	details := map[string]any{"all": ids == nil}
+	if ids != nil {
+		if len(ids) == 0 || len(ids) > 1000 {
+			return 0, Errorf(RuleManageBadRequest, "message_ids must hold 1 to 1000 ids, or be left out to redrive all.")
+		}
+		details["message_ids"] = len(ids)
+	}
+	n, err := s.store.DeadLetterRedrive(ctx, &RedriveParams{QueueID: id, MessageIDs: ids, Now: s.clock.Now(),
+		Audit: s.audit(a, workspaceID, "dead_letters.redrive", id, details)})
+	if err != nil {
+		return 0, fmt.Errorf("redrive: %w", err)
+	}
+	if n > 0 {
+		s.wake(ctx, []string{id})
+	}
+	return n, nil
+}
+
+// Purge drops every message of a consumer's queue (admins).
+func (s *Service) Purge(ctx context.Context, a *Actor, workspaceID, id string) (int, error) {
+	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleAdmin); err != nil {
+		return 0, err
+	}
+	n, err := s.store.QueuePurge(ctx, &PurgeParams{QueueID: id, Now: s.clock.Now(), Audit: s.audit(a, workspaceID, "queue.purge", id, nil)})
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,193 @@
+package bus
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Credentials makes secrets and API keys. The auth package implements it;
+// bus only stores the hashes it returns.
+type Credentials interface {
+	// NewSecret returns a fresh client secret and the hash to keep.
+	NewSecret() (plain string, hash []byte)
+	// NewAPIKey returns a fresh API key and the hash to keep.
+	NewAPIKey() (plain string, hash []byte)
+	// Hash returns the hash kept for a secret or API key.
+	Hash(plain string) []byte
+}
+
+// HandleCodec turns handles into unforgeable receipt handles and back.
+type HandleCodec interface {
+	Encode(h Handle) string
+	Decode(s string) (Handle, error)
+}
+
+// TierInfo says whether a quota tier exists and whether only operators may
+// assign it.
+type TierInfo func(name string) (exists, operatorOnly bool)
+
+// Config configures a Service.
+type Config struct {
+	Store       Store
+	Clock       Clock
+	Logger      *slog.Logger
+	Credentials Credentials
+	Handles     HandleCodec
+	// Tiers validates quota tier names; nil accepts only "standard".
+	Tiers TierInfo
+	// PublicURL is the base URL shown with new secrets (no trailing slash).
+	PublicURL string
+	// OnConnectionChange is called after a committed change to a
+	// connection's status or credentials (the node's token checks drop their
+	// cached state at once).
+	OnConnectionChange func(connectionID string)
+
+	Retention           time.Duration // default 4 days
+	DeadLetterRetention time.Duration // default 14 days
+	// MaintainEvery is the period of the background sweeper (default 1s).
+	MaintainEvery time.Duration
+	// PollFallback bounds how long a long poll waits without re-checking the
+	// store, so a lost wake-up delays a message, never loses it (default 1s).
+	PollFallback time.Duration
+}
+
+// Fixed windows of the contract.
+const (
+	DedupWindow     = 5 * time.Minute
+	AttemptWindow   = 5 * time.Minute
+	AckRecordWindow = 15 * time.Minute
+)
+
+// Service is the bus: every rule between the HTTP layer and the store.
+type Service struct {
+	cfg      Config
+	store    Store
+	clock    Clock
+	log      *slog.Logger
+	notifier *Notifier
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed when the server stops: long polls answer empty
+	bgCancel context.CancelFunc
+	bgDone   sync.WaitGroup
+}
+
+// NewService returns a Service; call Start to run its background work.
+func NewService(cfg Config) *Service {
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tiers == nil {
+		cfg.Tiers = func(name string) (bool, bool) { return name == "standard", false }
+	}
+	if cfg.OnConnectionChange == nil {
+		cfg.OnConnectionChange = func(string) {}
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 4 * 24 * time.Hour
+	}
+	if cfg.DeadLetterRetention == 0 {
+		cfg.DeadLetterRetention = 14 * 24 * time.Hour
+	}
+	if cfg.MaintainEvery == 0 {
+		cfg.MaintainEvery = time.Second
+	}
+	if cfg.PollFallback == 0 {
+		cfg.PollFallback = time.Second
+	}
+	return &Service{
+		cfg:      cfg,
+		store:    cfg.Store,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		notifier: NewNotifier(),
+		stopping: make(chan struct{}),
+	}
+}
+
+// Store returns the service's store.
+func (s *Service) Store() Store { return s.store }
+
+// Clock returns the service's clock.
+func (s *Service) Clock() Clock { return s.clock }
+
+// Start runs the sweeper and the listener for other nodes' wake-ups until
+// Stop.
+func (s *Service) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.bgCancel = cancel
+	s.bgDone.Add(2)
+	go func() {
+		defer s.bgDone.Done()
+		if err := s.store.Listen(ctx, s.notifier.Notify); err != nil && ctx.Err() == nil {
+			s.log.Error("listen for wake-ups ended", "err", err)
+		}
+	}()
+	go func() {
+		defer s.bgDone.Done()
+		t := time.NewTicker(s.cfg.MaintainEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+					s.log.Error("maintain", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Maintain runs one round of background work now.
+func (s *Service) Maintain(ctx context.Context) (*MaintainResult, error) {
+	res, err := s.store.Maintain(ctx, &MaintainParams{
+		Now:                 s.clock.Now(),
+		Retention:           s.cfg.Retention,
+		DeadLetterRetention: s.cfg.DeadLetterRetention,
+		AttemptWindow:       AttemptWindow,
+		DedupWindow:         DedupWindow,
+		AckRecordWindow:     AckRecordWindow,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.wake(ctx, res.Woken)
+	return res, nil
+}
+
+// BeginShutdown makes every long poll answer empty at once and refuses new
+// waits; requests in flight finish.
+func (s *Service) BeginShutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Stop ends the background work (after BeginShutdown).
+func (s *Service) Stop() {
+	s.BeginShutdown()
+	if s.bgCancel != nil {
+		s.bgCancel()
+	}
+	s.bgDone.Wait()
+}
+
+// wake tells this node's waiters and the other nodes that queues have ready
+// messages.
+func (s *Service) wake(ctx context.Context, queueIDs []string) {
+	if len(queueIDs) == 0 {
+		return
+	}
+	for _, q := range queueIDs {
+		s.notifier.Notify(q)
+	}
+	if err := s.store.NotifyReady(ctx, queueIDs); err != nil {
+		// Other nodes still find the message by their fallback poll.
+		s.log.Warn("notify other nodes", "err", err)
+	}
+}
