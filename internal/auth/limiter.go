@@ -1,0 +1,152 @@
+package auth
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// Failure limits of the token service (API.md §2).
+const (
+	FailureWindow         = time.Minute
+	FailuresPerClient     = 20
+	FailuresPerRemoteAddr = 100
+	// maxLimiterKeys bounds each of the limiter's two tables.
+	maxLimiterKeys = 65_536
+)
+
+// FailureLimiter counts failed authentications at the token service and says
+// when further attempts must wait. The in-process MemoryFailureLimiter is
+// enough for one node; a store-shared one can implement the same interface.
+type FailureLimiter interface {
+	// Blocked returns how long attempts for clientID or from remoteAddr
+	// must still wait, or 0 when they may go ahead.
+	Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error)
+	// Failed records one failed authentication.
+	Failed(ctx context.Context, clientID, remoteAddr string) error
+}
+
+// window is a fixed window that starts at its first failure.
+type window struct {
+	start time.Time
+	count int
+}
+
+// MemoryFailureLimiter is a FailureLimiter kept in this process: per client
+// id and per remote address, a one-minute window opens at the first failure;
+// once it holds the limit's number of failures, attempts are blocked until
+// it ends. Memory is bounded: ended windows are swept, and when a table is
+// full of live windows a new key is not tracked (its attempts still count
+// against their remote address). Safe for concurrent use.
+type MemoryFailureLimiter struct {
+	clock     bus.Clock
+	perClient int
+	perAddr   int
+	mu        sync.Mutex
+	clients   map[string]window
+	addrs     map[string]window
+	lastSweep time.Time
+}
+
+// NewMemoryFailureLimiter returns a limiter with API.md's limits: 20
+// failures a minute per client id, 100 per remote address.
+func NewMemoryFailureLimiter(clock bus.Clock) *MemoryFailureLimiter {
+	return &MemoryFailureLimiter{
+		clock: clock, perClient: FailuresPerClient, perAddr: FailuresPerRemoteAddr,
+		clients: make(map[string]window), addrs: make(map[string]window),
+	}
+}
+
+// Blocked implements FailureLimiter.
+func (l *MemoryFailureLimiter) Blocked(_ context.Context, clientID, remoteAddr string) (time.Duration, error) {
+	now := l.clock.Now()
+	addr := addrKey(remoteAddr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wait := blockedFor(l.clients[clientID], l.perClient, now)
+	if w := blockedFor(l.addrs[addr], l.perAddr, now); w > wait {
+		wait = w
+	}
+	return wait, nil
+}
+
+// Failed implements FailureLimiter.
+func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr string) error {
+	now := l.clock.Now()
+	addr := addrKey(remoteAddr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
+		len(l.clients) >= maxLimiterKeys || len(l.addrs) >= maxLimiterKeys {
+		// Sweep ended windows about once a window (amortised O(1) a call),
+		// and before refusing to track a new key in a full table.
+		l.sweepLocked(now)
+	}
+	count(l.clients, clientID, now)
+	count(l.addrs, addr, now)
+	return nil
+}
+
+func (l *MemoryFailureLimiter) sweepLocked(now time.Time) {
+	for k, w := range l.clients {
+		if !live(w, now) {
+			delete(l.clients, k)
+		}
+	}
+	for k, w := range l.addrs {
+		if !live(w, now) {
+			delete(l.addrs, k)
+		}
+	}
+	l.lastSweep = now
+}
+
+// live reports whether w is still open at now.
+func live(w window, now time.Time) bool {
+	return !w.start.IsZero() && !now.Before(w.start) && now.Sub(w.start) < FailureWindow
+}
+
+// count adds a failure for key, opening a new window when its last one ended.
+func count(m map[string]window, key string, now time.Time) {
+	w, ok := m[key]
+	if !ok || !live(w, now) {
+		if !ok && len(m) >= maxLimiterKeys {
+			return // full of live windows: do not grow (see the type's comment)
+		}
+		w = window{start: now}
+	}
+	w.count++
+	m[key] = w
+}
+
+// blockedFor is how long w still blocks at now, rounded up to whole seconds
+// (Retry-After is whole seconds), or 0.
+func blockedFor(w window, limit int, now time.Time) time.Duration {
+	if w.count < limit || !live(w, now) {
+		return 0
+	}
+	return (w.start.Add(FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
+}
+
+// addrKey groups remote addresses: the port is dropped (each connection has
+// its own), and IPv6 addresses count per /64, the block one client gets.
+func addrKey(remoteAddr string) string {
+	host := remoteAddr
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
