@@ -1,0 +1,23 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func x509Parse(der []byte) (*ecdsa.PrivateKey, error) {
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, errors.New("not ECDSA")
+	}
+	return e, nil
+}
