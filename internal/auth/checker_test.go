@@ -1,0 +1,254 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+type checkEnv struct {
+	store   *fakeStore
+	clock   *bus.ManualClock
+	signer  *Signer
+	checker *Checker
+}
+
+func newCheckEnv(t *testing.T) *checkEnv {
+	store := newFakeStore()
+	clock := bus.NewManualClock(t0)
+	s := newSignerT(t, store, clock, testEnv)
+	return &checkEnv{store: store, clock: clock, signer: s, checker: NewChecker(store, s, clock, DefaultCheckTTL)}
+}
+
+func (e *checkEnv) token(t *testing.T, c bus.Connection) string {
+	tok, _, err := e.signer.Issue(Claims{ClientID: c.ID, Tenant: c.WorkspaceID, Role: c.Kind, CredentialVersion: c.CredentialVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestCheckAccepts(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	prod, _ := addConn(t, e.store, e.clock, bus.KindProducer)
+	c, err := e.checker.Check(context.Background(), e.token(t, cons), bus.KindConsumer, cons.WorkspaceID, cons.ID)
+	if err != nil || c.ClientID != cons.ID {
+		t.Fatalf("consumer: %+v, %v", c, err)
+	}
+	c, err = e.checker.Check(context.Background(), e.token(t, prod), bus.KindProducer, prod.WorkspaceID, "")
+	if err != nil || c.ClientID != prod.ID || c.Role != bus.KindProducer {
+		t.Fatalf("producer: %+v, %v", c, err)
+	}
+}
+
+func TestCheckRules(t *testing.T) {
+	e := newCheckEnv(t)
+	ctx := context.Background()
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	prod, _ := addConn(t, e.store, e.clock, bus.KindProducer)
+	consTok, prodTok := e.token(t, cons), e.token(t, prod)
+
+	other := newSignerT(t, newFakeStore(), e.clock, testEnv) // another server's keys
+	foreignTok, _, _ := other.Issue(Claims{ClientID: cons.ID, Tenant: cons.WorkspaceID, Role: bus.KindConsumer, CredentialVersion: 1})
+	prodEnv := newSignerT(t, e.store, e.clock, "production")
+	prodEnvTok, _, _ := prodEnv.Issue(Claims{ClientID: cons.ID, Tenant: cons.WorkspaceID, Role: bus.KindConsumer, CredentialVersion: 1})
+
+	type tc struct {
+		name                 string
+		token                string
+		role                 bus.ConnectionKind
+		tenant, client, rule string
+		wantInMessage        string
+	}
+	cases := []tc{
+		{"missing", "", bus.KindConsumer, cons.WorkspaceID, cons.ID, bus.RuleUnauthenticated, "Missing"},
+		{"malformed", "abc.def", bus.KindConsumer, cons.WorkspaceID, cons.ID, bus.RuleUnauthenticated, "malformed"},
+		{"badly signed", foreignTok, bus.KindConsumer, cons.WorkspaceID, cons.ID, bus.RuleUnauthenticated, "signed"},
+		{"other environment", prodEnvTok, bus.KindConsumer, cons.WorkspaceID, cons.ID, bus.RuleUnauthenticated, "environment"},
+		{"producer token on pull", prodTok, bus.KindConsumer, prod.WorkspaceID, prod.ID, bus.RuleNotRegistered, "consumer"},
+		{"consumer token on publish", consTok, bus.KindProducer, cons.WorkspaceID, "", bus.RuleNotRegistered, "producer"},
+		{"wrong tenant", consTok, bus.KindConsumer, prod.WorkspaceID, cons.ID, bus.RuleTenantMismatch, cons.WorkspaceID},
+		{"wrong tenant beats not owner", consTok, bus.KindConsumer, prod.WorkspaceID, prod.ID, bus.RuleTenantMismatch, "tenant"},
+		{"not owner", consTok, bus.KindConsumer, cons.WorkspaceID, prod.ID, bus.RuleNotOwner, cons.ID},
+		{"role beats tenant", prodTok, bus.KindConsumer, "wother", "cother", bus.RuleNotRegistered, "consumer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.checker.Check(ctx, c.token, c.role, c.tenant, c.client)
+			r := wantRefusal(t, err, c.rule)
+			if !strings.Contains(r.Violations[0].Message, c.wantInMessage) {
+				t.Fatalf("message %q lacks %q", r.Violations[0].Message, c.wantInMessage)
+			}
+			mustNotContain(t, r.Error(), c.token)
+		})
+	}
+
+	// Expired (by the clock).
+	e.clock.Advance(time.Hour + TokenLeeway + time.Second)
+	r := wantRefusal(t, checkErr(e, consTok, cons), bus.RuleUnauthenticated)
+	if !strings.Contains(r.Violations[0].Message, "expired") {
+		t.Fatalf("message = %q", r.Violations[0].Message)
+	}
+}
+
+func checkErr(e *checkEnv, tok string, c bus.Connection) error {
+	_, err := e.checker.Check(context.Background(), tok, c.Kind, c.WorkspaceID, ownerArg(c))
+	return err
+}
+
+func ownerArg(c bus.Connection) string {
+	if c.Kind == bus.KindConsumer {
+		return c.ID
+	}
+	return ""
+}
+
+func TestCheckCredentialVersionAndCacheWindow(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, cons)
+	if err := checkErr(e, tok, cons); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another node rotates the secret: credential_version goes up.
+	c := e.store.get(cons.ID)
+	c.CredentialVersion++
+	e.store.put(c)
+
+	// Cached: still accepted within the TTL, without reading the store.
+	views := e.store.viewCount()
+	e.clock.Advance(DefaultCheckTTL - time.Millisecond)
+	if err := checkErr(e, tok, cons); err != nil {
+		t.Fatalf("within the cache window: %v", err)
+	}
+	if e.store.viewCount() != views {
+		t.Fatal("cache hit read the store")
+	}
+	// Past the TTL: refused as unauthenticated (well within 30 s).
+	e.clock.Advance(time.Millisecond)
+	r := wantRefusal(t, checkErr(e, tok, cons), bus.RuleUnauthenticated)
+	if !strings.Contains(r.Violations[0].Message, "rotated or revoked") {
+		t.Fatalf("message = %q", r.Violations[0].Message)
+	}
+	// A token with the new version works.
+	if err := checkErr(e, e.token(t, c), c); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stale version beats revoked (401 before 403).
+	c.Status = bus.StatusRevoked
+	e.store.put(c)
+	e.checker.Invalidate(c.ID)
+	wantRefusal(t, checkErr(e, tok, cons), bus.RuleUnauthenticated)
+}
+
+func TestCheckRevokeRestoreRemoveAndInvalidate(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, cons)
+	if err := checkErr(e, tok, cons); err != nil {
+		t.Fatal(err)
+	}
+
+	// Revoked on this node: Invalidate makes it take effect at once.
+	c := e.store.get(cons.ID)
+	c.Status = bus.StatusRevoked
+	e.store.put(c)
+	e.checker.Invalidate(c.ID)
+	r := wantRefusal(t, checkErr(e, tok, cons), bus.RuleNotRegistered)
+	if !strings.Contains(r.Violations[0].Message, "revoked") || !strings.Contains(r.Violations[0].Message, "restore") {
+		t.Fatalf("message = %q", r.Violations[0].Message)
+	}
+
+	// Restored on another node: the same token works again after the TTL.
+	c.Status = bus.StatusActive
+	e.store.put(c)
+	wantRefusal(t, checkErr(e, tok, cons), bus.RuleNotRegistered)
+	e.clock.Advance(DefaultCheckTTL)
+	if err := checkErr(e, tok, cons); err != nil {
+		t.Fatalf("after restore: %v", err)
+	}
+
+	// Removed on another node: 403 within the TTL.
+	e.store.remove(c.ID)
+	if err := checkErr(e, tok, cons); err != nil {
+		t.Fatalf("cached until the TTL ends: %v", err)
+	}
+	e.clock.Advance(DefaultCheckTTL)
+	r = wantRefusal(t, checkErr(e, tok, cons), bus.RuleNotRegistered)
+	if !strings.Contains(r.Violations[0].Message, "removed") {
+		t.Fatalf("message = %q", r.Violations[0].Message)
+	}
+}
+
+func TestCheckStoreDownIsInternal(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, cons)
+	e.store.mu.Lock()
+	e.store.fail = bus.ErrUnavailable
+	e.store.mu.Unlock()
+	err := checkErr(e, tok, cons)
+	if _, ok := bus.AsError(err); ok || !errors.Is(err, bus.ErrUnavailable) {
+		t.Fatalf("err = %v, want an internal error", err)
+	}
+}
+
+func TestCheckCacheBounded(t *testing.T) {
+	e := newCheckEnv(t)
+	// Fill the cache with entries read long ago, then one more check.
+	e.checker.mu.Lock()
+	for i := 0; i < maxCachedConnections; i++ {
+		e.checker.cache[bus.NewID(bus.PrefixConnection)] = cacheEntry{fetchedAt: t0.Add(-time.Hour)}
+	}
+	e.checker.mu.Unlock()
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	if err := checkErr(e, e.token(t, cons), cons); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.checker.cache); n != 1 {
+		t.Fatalf("%d entries after eviction, want 1", n)
+	}
+	// Full of fresh entries: half are dropped.
+	e.checker.mu.Lock()
+	for i := len(e.checker.cache); i < maxCachedConnections; i++ {
+		e.checker.cache[bus.NewID(bus.PrefixConnection)] = cacheEntry{fetchedAt: e.clock.Now()}
+	}
+	e.checker.mu.Unlock()
+	other, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	if err := checkErr(e, e.token(t, other), other); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.checker.cache); n > maxCachedConnections/2+1 {
+		t.Fatalf("%d entries, want at most half the bound", n)
+	}
+}
+
+func TestCheckConcurrent(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, cons)
+	done := make(chan error)
+	for i := 0; i < 8; i++ {
+		go func() {
+			var err error
+			for j := 0; j < 50 && err == nil; j++ {
+				err = checkErr(e, tok, cons)
+				e.checker.Invalidate(cons.ID)
+				e.clock.Advance(time.Millisecond)
+			}
+			done <- err
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
