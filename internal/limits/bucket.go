@@ -96,9 +96,10 @@ type Usage struct {
 // in-process and the PostgreSQL limiters both call it under their lock.
 //
 // An allowed request takes one token and counts once against today's quota;
-// a refused one changes nothing (the returned state is s itself, so a store
-// need not write it back). Requests are counted on the unlimited tier too,
-// so Usage reports them.
+// a refused one takes and counts nothing: the state returned is s in the
+// current tier's units (a tier change converts the bucket; a new day drops
+// yesterday's count), holding the same tokens and count. Requests are
+// counted on the unlimited tier too, so Usage reports them.
 //
 // Tier changes take effect at once: the bucket's deficit (tokens used and
 // not yet back) carries over in tokens, clamped to the new burst, and comes
@@ -134,12 +135,14 @@ func Take(s State, tier Tier, now time.Time) (State, Decision) {
 	}
 
 	d.Allowed = !quotaOut && !rateOut
-	next := s
 	if d.Allowed {
 		q.Count++
-		next.Quota = q
-		if tier.RateLimited() {
-			deficit += iv
+		deficit += iv
+	}
+	next := State{Bucket: s.Bucket, Quota: q}
+	if tier.RateLimited() {
+		next.Bucket = BucketState{}
+		if deficit > 0 {
 			next.Bucket = BucketState{Full: now.Add(deficit), Interval: iv}
 		}
 	}
