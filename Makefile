@@ -1,0 +1,21 @@
+# Everyday targets. `make help` lists them.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+
+.PHONY: help build run test test-short lint bench ci
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+build: ## build the sombus binary into ./bin
+	go build -o bin/sombus ./cmd/sombus
+run: ## run a node on 127.0.0.1:8080 with ./sombus.db
+	go run ./cmd/sombus serve
+test: ## run every test with the race detector (needs PostgreSQL, see README)
+	go test -race ./...
+test-short: ## quick tests without the race detector
+	go test -short ./...
+lint: ## go vet and golangci-lint
+	go vet ./...
+	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+bench: ## the message-path benchmarks over HTTP (see docs/benchmarks.md)
+	go test -run '^$$' -bench . -benchtime 3s ./internal/bench/
+ci: ## what CI runs
+	bash .ci/run
