@@ -43,6 +43,8 @@ type HandleCodec struct {
 	key []byte
 }
 
+var _ bus.HandleCodec = (*HandleCodec)(nil)
+
 // NewHandleCodec returns a codec keyed with key (at least 16 bytes; the
 // server uses 32 from LoadHandleKey).
 func NewHandleCodec(key []byte) (*HandleCodec, error) {

@@ -11,6 +11,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+
+	"github.com/sombus/sombus/internal/bus"
 )
 
 // Text prefixes of generated credentials. They make a leaked credential
@@ -65,3 +67,18 @@ func SecretMatches(plain string, hash []byte) bool {
 	// ConstantTimeCompare looks at every byte whatever the first difference.
 	return subtle.ConstantTimeCompare(HashSecret(plain), hash) == 1
 }
+
+// Credentials implements bus.Credentials with this package's functions, for
+// bus.Config.Credentials.
+type Credentials struct{}
+
+var _ bus.Credentials = Credentials{}
+
+// NewSecret is the package's NewSecret.
+func (Credentials) NewSecret() (plain string, hash []byte) { return NewSecret() }
+
+// NewAPIKey is the package's NewAPIKey.
+func (Credentials) NewAPIKey() (plain string, hash []byte) { return NewAPIKey() }
+
+// Hash is HashSecret.
+func (Credentials) Hash(plain string) []byte { return HashSecret(plain) }
