@@ -1,0 +1,357 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// QueueStats counts a consumer queue in one read snapshot; ErrNotFound
+// when the queue does not exist.
+func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
+	var st bus.QueueStats
+	err := s.read(ctx, func(d *dbq) error {
+		if _, err := attemptLimit(d, queueID); err != nil {
+			return err
+		}
+		n := ms(now)
+		var messages int64
+		if err := d.row(`SELECT
+				(SELECT count(*) FROM stories WHERE queue_id = ?1 AND visible_at > ?2 AND delayed = 0),
+				(SELECT count(*) FROM stories WHERE queue_id = ?1 AND visible_at > ?2 AND delayed = 1),
+				(SELECT count(*) FROM messages WHERE queue_id = ?1),
+				(SELECT count(*) FROM dead_letters WHERE queue_id = ?1)`, queueID, n).
+			Scan(&st.InFlight, &st.Delayed, &messages, &st.DeadLetters); err != nil {
+			return interpretError(err)
+		}
+		st.Ready = max(0, messages-st.InFlight-st.Delayed)
+		// The oldest message that is not a head in flight or delayed; the
+		// index messages_queue yields them oldest first, so this stops early.
+		var oldest int64
+		err := d.row(`SELECT m.enqueued_at FROM messages m WHERE m.queue_id = ?1
+			AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id AND s.head_seq = m.seq AND s.visible_at > ?2)
+			ORDER BY m.enqueued_at LIMIT 1`, queueID, n).Scan(&oldest)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return interpretError(err)
+		case oldest < n:
+			st.OldestReadyAgeSeconds = float64(n-oldest) / 1000 // millisecond precision
+		}
+		return nil
+	})
+	if err != nil {
+		return bus.QueueStats{}, fmt.Errorf("queue stats: %w", err)
+	}
+	return st, nil
+}
+
+// QueuePurge deletes every message and story of a queue (not its dead
+// letters nor ack records) and writes p.Audit, in one transaction; it
+// returns the number of messages deleted.
+func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error) {
+	var n int64
+	err := s.w.do(ctx, func(d *dbq) error {
+		if _, err := attemptLimit(d, p.QueueID); err != nil {
+			return err
+		}
+		var err error
+		if n, err = d.affected(`DELETE FROM messages WHERE queue_id = ?`, p.QueueID); err != nil {
+			return interpretError(err)
+		}
+		if _, err := d.exec(`DELETE FROM stories WHERE queue_id = ?`, p.QueueID); err != nil {
+			return interpretError(err)
+		}
+		return auditInsert(d, p.Audit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return int(n), nil
+}
+
+const deadLetterCols = `id, message_id, message_type, correlation_id, topic, producer_id, receive_count,
+	enqueued_at, dead_lettered_at, envelope`
+
+// DeadLetterList lists a queue's dead letters with ids above after, oldest
+// first, at most limit (all when limit <= 0); ErrNotFound when the queue
+// does not exist.
+func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, after int64) ([]bus.DeadLetter, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	var out []bus.DeadLetter
+	err := s.read(ctx, func(d *dbq) error {
+		if _, err := attemptLimit(d, queueID); err != nil {
+			return err
+		}
+		rows, err := d.query(`SELECT `+deadLetterCols+` FROM dead_letters WHERE queue_id = ? AND id > ? ORDER BY id LIMIT ?`,
+			queueID, after, limit)
+		if err != nil {
+			return interpretError(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var dl bus.DeadLetter
+			var enq, at int64
+			if err := rows.Scan(&dl.ID, &dl.MessageID, &dl.MessageType, &dl.CorrelationID, &dl.Topic, &dl.ProducerID,
+				&dl.ReceiveCount, &enq, &at, &dl.Envelope); err != nil {
+				return interpretError(err)
+			}
+			dl.EnqueuedAt, dl.DeadLetteredAt = fromMS(enq), fromMS(at)
+			out = append(out, dl)
+		}
+		return interpretError(rows.Err())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetterRedrive appends the given dead letters of a queue (all when
+// p.MessageIDs is nil; unknown ids are ignored), in dead-letter order, to
+// the ends of their stories with receive counts starting again, removes
+// them from the dead letters and writes p.Audit, in one transaction.
+func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (int, error) {
+	n := 0
+	err := s.w.do(ctx, func(d *dbq) error {
+		n = 0
+		if _, err := attemptLimit(d, p.QueueID); err != nil {
+			return err
+		}
+		q := `SELECT id, correlation_id FROM dead_letters WHERE queue_id = ?`
+		args := []any{p.QueueID}
+		if p.MessageIDs != nil {
+			ids, _ := json.Marshal(p.MessageIDs)
+			q += ` AND message_id IN (SELECT value FROM json_each(?))`
+			args = append(args, string(ids))
+		}
+		rows, err := d.query(q+` ORDER BY id`, args...)
+		if err != nil {
+			return interpretError(err)
+		}
+		type letter struct {
+			id  int64
+			key string
+		}
+		var letters []letter
+		for rows.Next() {
+			var l letter
+			if err := rows.Scan(&l.id, &l.key); err != nil {
+				rows.Close()
+				return interpretError(err)
+			}
+			letters = append(letters, l)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return interpretError(err)
+		}
+		now := ms(p.Now)
+		for _, l := range letters {
+			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now)
+			if err != nil {
+				return err
+			}
+			// enqueued_at stays the original; receive_count starts again
+			// (it lives on the story row, reset when this becomes the head).
+			if _, err := d.exec(`INSERT INTO messages(story_id, seq, queue_id, message_id, message_type, topic,
+				correlation_id, producer_id, enqueued_at, envelope)
+				SELECT ?, ?, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope
+				FROM dead_letters WHERE id = ?`, storyID, seq, l.id); err != nil {
+				return interpretError(err)
+			}
+			if _, err := d.exec(`DELETE FROM dead_letters WHERE id = ?`, l.id); err != nil {
+				return interpretError(err)
+			}
+			n++
+		}
+		return auditInsert(d, p.Audit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redrive: %w", err)
+	}
+	return n, nil
+}
+
+// maintainChunk bounds the rows one maintenance transaction handles, so
+// that a large sweep does not hold the writer for long.
+const maintainChunk = 500
+
+// Maintain does one round of background work, in several short write
+// transactions: dead-letter moves of exhausted heads in every queue,
+// retention of messages and dead letters, and expiry of attempt ids, dedup
+// records and ack records. A zero duration turns its part off (a zero
+// Retention must not drop every message).
+func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.MaintainResult, error) {
+	res := &bus.MaintainResult{}
+	now := ms(p.Now)
+	woken := map[string]bool{}
+	wake := func(q string) {
+		if !woken[q] {
+			woken[q] = true
+			res.Woken = append(res.Woken, q)
+		}
+	}
+
+	// (a) Dead-letter moves, in chunks until none is left.
+	for {
+		var moved int
+		var wokeQ []string
+		err := s.w.do(ctx, func(d *dbq) error {
+			moved, wokeQ = 0, nil
+			rows, err := d.query(`SELECT s.id, s.queue_id, s.head_seq, s.receive_count FROM stories s
+				JOIN connections c ON c.id = s.queue_id
+				WHERE s.receive_count > 0 AND s.visible_at <= ? AND s.receive_count >= c.attempt_limit
+				ORDER BY s.visible_at, s.id LIMIT ?`, now, maintainChunk)
+			if err != nil {
+				return interpretError(err)
+			}
+			type head struct {
+				id, seq int64
+				queue   string
+				count   int
+			}
+			var heads []head
+			for rows.Next() {
+				var h head
+				if err := rows.Scan(&h.id, &h.queue, &h.seq, &h.count); err != nil {
+					rows.Close()
+					return interpretError(err)
+				}
+				heads = append(heads, h)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return interpretError(err)
+			}
+			for _, h := range heads {
+				adv, err := deadLetter(d, h.id, h.seq, h.count, now)
+				if err != nil {
+					return err
+				}
+				moved++
+				if adv {
+					wokeQ = append(wokeQ, h.queue)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("maintain: dead-letter moves: %w", err)
+		}
+		res.DeadLettered += moved
+		for _, q := range wokeQ {
+			wake(q)
+		}
+		if moved < maintainChunk {
+			break
+		}
+	}
+
+	// (b) Retention of messages, in chunks, advancing stories whose head went.
+	if p.Retention > 0 {
+		cutoff := ms(p.Now.Add(-p.Retention))
+		for {
+			var dropped int
+			var wokeQ []string
+			err := s.w.do(ctx, func(d *dbq) error {
+				var err error
+				dropped, wokeQ, err = dropExpired(d, cutoff)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("maintain: retention: %w", err)
+			}
+			res.Expired += dropped
+			for _, q := range wokeQ {
+				wake(q)
+			}
+			if dropped < maintainChunk {
+				break
+			}
+		}
+	}
+
+	// (c) Old dead letters and expired records.
+	err := s.w.do(ctx, func(d *dbq) error {
+		sweeps := []struct {
+			window time.Duration
+			query  string
+		}{
+			{p.DeadLetterRetention, `DELETE FROM dead_letters WHERE dead_lettered_at <= ?`},
+			{p.AttemptWindow, `DELETE FROM attempts WHERE created_at <= ?`},
+			{p.DedupWindow, `DELETE FROM dedup WHERE accepted_at <= ?`},
+			{p.AckRecordWindow, `DELETE FROM ack_records WHERE acked_at <= ?`},
+		}
+		for _, sw := range sweeps {
+			if sw.window <= 0 {
+				continue
+			}
+			if _, err := d.exec(sw.query, ms(p.Now.Add(-sw.window))); err != nil {
+				return interpretError(err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("maintain: expiry: %w", err)
+	}
+	return res, nil
+}
+
+// dropExpired deletes up to maintainChunk messages enqueued at or before
+// cutoff; a story whose head went advances (or goes). It returns the
+// number dropped and the queues where a story advanced to a ready head.
+func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
+	rows, err := d.query(`SELECT m.id, m.story_id, m.seq = s.head_seq, s.queue_id FROM messages m
+		JOIN stories s ON s.id = m.story_id
+		WHERE m.enqueued_at <= ? ORDER BY m.enqueued_at LIMIT ?`, cutoff, maintainChunk)
+	if err != nil {
+		return 0, nil, interpretError(err)
+	}
+	type gone struct {
+		id, story int64
+		head      bool
+		queue     string
+	}
+	var msgs []gone
+	for rows.Next() {
+		var g gone
+		if err := rows.Scan(&g.id, &g.story, &g.head, &g.queue); err != nil {
+			rows.Close()
+			return 0, nil, interpretError(err)
+		}
+		msgs = append(msgs, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, interpretError(err)
+	}
+	heads := map[int64]string{} // stories whose head was dropped
+	for _, g := range msgs {
+		if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, g.id); err != nil {
+			return 0, nil, interpretError(err)
+		}
+		if g.head {
+			heads[g.story] = g.queue
+		}
+	}
+	var woken []string
+	for story, queue := range heads {
+		adv, err := advance(d, story)
+		if err != nil {
+			return 0, nil, err
+		}
+		if adv {
+			woken = append(woken, queue)
+		}
+	}
+	return len(msgs), woken, nil
+}

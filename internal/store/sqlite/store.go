@@ -1,0 +1,215 @@
+// Package sqlite is the embedded store of sombus: one SQLite file in WAL
+// mode, for a single node. All writes go through one writer goroutine that
+// owns the only write connection and commits operations in groups (one
+// fsync per group); reads use a separate pool of read-only connections.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/sombus/sombus/internal/bus"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go)
+)
+
+// Store is the SQLite implementation of bus.Store.
+type Store struct {
+	path  string
+	log   *slog.Logger
+	wdb   *sql.DB // one connection, owned by w
+	w     *writer
+	rdb   *sql.DB // read-only pool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ bus.Store = (*Store)(nil)
+
+// Pragmas of every connection. The driver applies busy_timeout first.
+var commonPragmas = []string{
+	// Wait up to 10 s for a lock held by another process (an operator
+	// command, a backup) rather than failing at once with SQLITE_BUSY.
+	"busy_timeout(10000)",
+	// Enforce the REFERENCES clauses: they delete a connection's queue
+	// data with it and refuse rows pointing at nothing.
+	"foreign_keys(1)",
+}
+
+// Pragmas of the write connection.
+var writePragmas = []string{
+	// WAL: readers never block the writer nor it them, and a commit is one
+	// append to the WAL (plus its fsync) instead of rewriting pages.
+	"journal_mode(WAL)",
+	// FULL: fsync the WAL on every commit. NORMAL could lose the last
+	// commits on power loss, and an accepted publish (202) must survive it;
+	// with group commit one fsync is paid per batch, so FULL is affordable.
+	"synchronous(FULL)",
+	// 64 MiB page cache (negative = KiB): the hot tables (stories, the
+	// heads of messages) and their indexes stay in memory.
+	"cache_size(-65536)",
+	// After a checkpoint resets the WAL, truncate the file down to 64 MiB
+	// so one burst does not leave a huge WAL file behind for ever.
+	"journal_size_limit(67108864)",
+}
+
+// Pragmas of the read-only pool.
+var readPragmas = []string{
+	// Refuse every write on these connections: writes belong to the writer.
+	"query_only(1)",
+	// 16 MiB page cache per read connection.
+	"cache_size(-16384)",
+}
+
+// dsn builds the driver's connection string: a plain file path with the
+// pragmas as _pragma parameters, run on every new connection.
+func dsn(path string, pragmas ...[]string) string {
+	var b strings.Builder
+	b.WriteString(path)
+	sep := "?"
+	for _, list := range pragmas {
+		for _, p := range list {
+			b.WriteString(sep + "_pragma=" + p)
+			sep = "&"
+		}
+	}
+	return b.String()
+}
+
+// Open opens (creating it if need be) the SQLite database at path, applies
+// the schema migrations this binary carries, and starts the writer. It
+// refuses a database whose schema is newer than this binary knows. logger
+// may be nil.
+func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
+		// The driver reads "?" as the start of parameters, and the read pool
+		// must see the same file as the writer (not a private memory db).
+		return nil, fmt.Errorf("sqlite: path %q must name a file, without '?' or '#'", path)
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+
+	wdb, err := sql.Open("sqlite", dsn(path, commonPragmas, writePragmas))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(err))
+	}
+	// Exactly one write connection, never closed by the pool.
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	wconn, err := wdb.Conn(ctx)
+	if err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, interpretError(err))
+	}
+	var mode string
+	if err := wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
+		_ = wconn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: WAL mode could not be set (journal_mode %q): %v", path, mode, interpretError(err))
+	}
+	from, to, err := migrate(ctx, wconn, ms)
+	if err != nil {
+		_ = wconn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if from != to {
+		logger.InfoContext(ctx, "sqlite schema migrated", slog.String("path", path), slog.Int("from", from), slog.Int("to", to))
+	}
+
+	rdb, err := sql.Open("sqlite", dsn(path, commonPragmas, readPragmas))
+	if err != nil {
+		_ = wconn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, interpretError(err))
+	}
+	// Readers run in parallel in WAL mode; a few per CPU is plenty.
+	n := max(4, runtime.GOMAXPROCS(0))
+	rdb.SetMaxOpenConns(n)
+	rdb.SetMaxIdleConns(n)
+	if err := rdb.PingContext(ctx); err != nil {
+		_ = rdb.Close()
+		_ = wconn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, interpretError(err))
+	}
+
+	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb}
+	s.w = newWriter(wconn, path+"-wal", logger)
+	return s, nil
+}
+
+// Path returns the database file's path as given to Open.
+func (s *Store) Path() string { return s.path }
+
+// Close stops the writer once the operations already submitted have
+// finished (later ones get an error wrapping bus.ErrUnavailable), then
+// closes every connection. Calls after the first return the first's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.w.stop() // also closes the write connection's statements
+		err := errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
+		if err != nil {
+			s.closeErr = fmt.Errorf("sqlite: close: %w", interpretError(err))
+		}
+	})
+	return s.closeErr
+}
+
+// Ping checks that both the read pool and the writer answer.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", interpretError(err))
+	}
+	return s.w.do(ctx, func(d *dbq) error { return nil })
+}
+
+// Update runs fn in the writer's next transaction, inside its own
+// savepoint: fn's writes commit together, or (fn returned an error) none of
+// them do. fn runs on the writer goroutine, so it must not call other
+// methods of the Store (that would wait for itself). fn may be run again
+// if the shared transaction had to be abandoned.
+func (s *Store) Update(ctx context.Context, fn func(tx bus.Tx) error) error {
+	return s.w.do(ctx, func(d *dbq) error { return fn(&tx{d: d}) })
+}
+
+// View runs fn in a read-only transaction of the read pool: fn sees one
+// consistent snapshot, and any write fails.
+func (s *Store) View(ctx context.Context, fn func(tx bus.Tx) error) error {
+	return s.read(ctx, func(d *dbq) error { return fn(&tx{d: d}) })
+}
+
+// read runs fn in a read transaction of the read pool.
+func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
+	t, err := s.rdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin read: %w", interpretError(err))
+	}
+	defer func() { _ = t.Rollback() }()
+	if err := fn(&dbq{ctx: ctx, q: t}); err != nil {
+		return err
+	}
+	return interpretError(t.Commit())
+}
+
+// Listen returns nil when ctx ends: a single node wakes its own waiters.
+func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
+	<-ctx.Done()
+	return nil
+}
+
+// NotifyReady does nothing: there are no other nodes to tell.
+func (s *Store) NotifyReady(ctx context.Context, queueIDs []string) error { return nil }
