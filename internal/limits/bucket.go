@@ -212,8 +212,13 @@ func (b BucketState) deficit(iv, capacity time.Duration, now time.Time) time.Dur
 
 // dayOf is 00:00 UTC of t's UTC day.
 func dayOf(t time.Time) time.Time {
-	y, m, d := t.UTC().Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	const day = 24 * 60 * 60
+	sec := t.Unix()
+	sec -= sec % day
+	if t.Unix() < 0 && t.Unix()%day != 0 {
+		sec -= day
+	}
+	return time.Unix(sec, 0).UTC()
 }
 
 // ceilSeconds rounds a positive duration up to whole seconds; 0 for ≤ 0.

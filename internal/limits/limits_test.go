@@ -709,3 +709,19 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 }
+
+func TestDayBoundaries(t *testing.T) {
+	t.Parallel()
+	for _, at := range []time.Time{
+		time.Date(2026, 9, 25, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 9, 25, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(2026, 9, 25, 1, 30, 0, 0, time.FixedZone("CEST", 2*3600)), // 2026-09-24 23:30 UTC
+		time.Date(1969, 12, 31, 12, 0, 0, 0, time.UTC),
+	} {
+		want := at.UTC().Format(time.DateOnly)
+		u := limits.UsageOf(limits.State{}, limits.Standard(), at)
+		if u.Day != want || !u.ResetsAt.Equal(dayStart(at.UTC()).Add(24*time.Hour)) {
+			t.Errorf("%v: day %s resets %v, want %s", at, u.Day, u.ResetsAt, want)
+		}
+	}
+}
