@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// notifyChannel is the channel that carries ready queue ids between nodes.
+const notifyChannel = "sombus_ready"
+
+// maxPayload keeps each notification under PostgreSQL's 8000-byte payload
+// limit; longer id lists are split over several notifications.
+const maxPayload = 7000
+
+// coalesceWindow is how long NotifyReady gathers queue ids before it sends
+// them in one pg_notify: each NOTIFY commit takes a database-wide lock, so
+// many small ones would serialize the nodes' commits.
+const coalesceWindow = 5 * time.Millisecond
+
+// waker gathers the queues one store call made ready.
+type waker struct{ queues map[string]struct{} }
+
+// wake marks queueID as having a ready message.
+func (w *waker) wake(queueID string) {
+	if w.queues == nil {
+		w.queues = map[string]struct{}{}
+	}
+	w.queues[queueID] = struct{}{}
+}
+
+// has reports whether queueID was woken.
+func (w *waker) has(queueID string) bool { _, ok := w.queues[queueID]; return ok }
+
+// list returns the woken queues, sorted.
+func (w *waker) list() []string {
+	if len(w.queues) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(w.queues))
+	for q := range w.queues {
+		out = append(out, q)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// payloads joins ids with commas into payloads of at most maxPayload bytes.
+func payloads(ids []string) []string {
+	var out []string
+	var b strings.Builder
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if b.Len() > 0 && b.Len()+1+len(id) > maxPayload {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id)
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// execer is a pool, a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// sendNotify sends the queue ids on notifyChannel through q. Inside a
+// transaction the notification is delivered only if it commits.
+func sendNotify(ctx context.Context, q execer, ids []string) error {
+	for _, p := range payloads(ids) {
+		if _, err := q.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', $1)`, p); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+	}
+	return nil
+}
+
+// notifier coalesces NotifyReady calls of one node: the first call opens a
+// batch, calls within coalesceWindow join it, and one pg_notify sends it.
+// Each caller waits for its batch to be sent and gets its error.
+type notifier struct {
+	s *Store
+
+	mu     sync.Mutex
+	cur    *notifyBatch
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// notifyBatch is one coalesced send.
+type notifyBatch struct {
+	ids  map[string]struct{}
+	done chan struct{}
+	err  error
+}
+
+func newNotifier(s *Store) *notifier { return &notifier{s: s} }
+
+// add puts ids into the open batch (opening one if needed) and returns it.
+func (n *notifier) add(ids []string) (*notifyBatch, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, fmt.Errorf("postgres: store is closed")
+	}
+	b := n.cur
+	if b == nil {
+		b = &notifyBatch{ids: map[string]struct{}{}, done: make(chan struct{})}
+		n.cur = b
+		n.wg.Add(1)
+		go n.flushAfter(b)
+	}
+	for _, id := range ids {
+		b.ids[id] = struct{}{}
+	}
+	return b, nil
+}
+
+// flushAfter sends batch b after the coalescing window.
+func (n *notifier) flushAfter(b *notifyBatch) {
+	defer n.wg.Done()
+	time.Sleep(coalesceWindow)
+	n.mu.Lock()
+	if n.cur == b {
+		n.cur = nil // later calls open a new batch
+	}
+	n.mu.Unlock()
+
+	w := waker{queues: b.ids}
+	// Not a caller's context: the batch belongs to every caller in it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b.err = interpretError(sendNotify(ctx, n.s.pool, w.list()))
+	close(b.done)
+}
+
+// close refuses new batches and waits for the open ones to be sent.
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// NotifyReady tells every node listening that these queues have ready
+// messages. Calls of one node within a few milliseconds share one
+// pg_notify. The store's own operations notify by themselves (see the
+// package comment), so this is for callers with news of their own.
+func (s *Store) NotifyReady(ctx context.Context, queueIDs []string) error {
+	if len(queueIDs) == 0 {
+		return nil
+	}
+	b, err := s.notify.add(queueIDs)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return fmt.Errorf("postgres: notify ready: %w", b.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Listen holds one dedicated connection (not from the pool: it must stay
+// in LISTEN for as long as ctx lives) and calls fn with each queue id that
+// any node notifies, its own included. When the connection fails it
+// reconnects with backoff; notifications sent meanwhile are lost, which
+// waiters survive through their fallback poll. It returns nil when ctx
+// ends.
+func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
+	const maxBackoff = 10 * time.Second
+	backoff := 100 * time.Millisecond
+	for {
+		listening := false
+		err := s.listenOnce(ctx, fn, &listening)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if listening {
+			backoff = 100 * time.Millisecond // it worked for a while: start over
+		}
+		s.logger.WarnContext(ctx, "postgres: listen connection failed; reconnecting", "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// listenOnce connects, listens and dispatches until an error or ctx ends.
+func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool) error {
+	// The pool's own settings (host, credentials, runtime parameters).
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return interpretError(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		return interpretError(err)
+	}
+	*listening = true
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return interpretError(err)
+		}
+		for _, id := range strings.Split(n.Payload, ",") {
+			if id != "" {
+				fn(id)
+			}
+		}
+	}
+}

@@ -1,0 +1,253 @@
+// Package postgres is the PostgreSQL implementation of bus.Store, for
+// several sombus nodes sharing one database.
+//
+// Correctness never rests on a process-local lock: every rule is held by
+// transactions (READ COMMITTED) and row locks, so any number of processes
+// may use one database at once. The story row (queue_id, story_key) is the
+// lock of a story (see shared/QUEUE-DESIGN.md):
+//
+//   - publish upserts the story row first (tail_seq += n) and then inserts
+//     the messages, so sequences follow commit order;
+//   - receive claims story rows with FOR UPDATE SKIP LOCKED in a CTE (never
+//     `IN (SELECT … LIMIT … FOR UPDATE SKIP LOCKED)`, PostgreSQL bug #15715);
+//   - ack, nack, purge and retention lock the story rows (SELECT … FOR
+//     UPDATE) and read the remaining messages in a later statement, under
+//     the lock, so a publish that committed meanwhile is never orphaned.
+//
+// Batch operations take story locks sorted by (queue_id, story_key); a
+// transaction that still deadlocks (40P01) or fails serialization (40001)
+// is run again from the start, a few times.
+//
+// Wake-ups: the store sends the notifications itself. MessagePublish,
+// MessageReceive (dead-letter moves), MessageAck, MessageNack,
+// DeadLetterRedrive and Maintain each call pg_notify('sombus_ready', ids)
+// once, inside their own transaction, with the queues that got a ready
+// message (so a rolled-back change wakes nobody). Callers need not call
+// NotifyReady for them; the Woken and QueueIDs fields are still filled so
+// that a node can wake its own waiters at once. NotifyReady remains for
+// other callers and coalesces its sends per node over a few milliseconds.
+//
+// Times are stored as unix milliseconds (bigint) and returned in UTC.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// Store is the PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	notify *notifier
+
+	closeOnce sync.Once
+}
+
+var _ bus.Store = (*Store)(nil)
+
+// maxAttempts is how often a transaction is run when it keeps failing with
+// a deadlock or serialization failure.
+const maxAttempts = 5
+
+// Open connects to the database at url (a PostgreSQL URL or key=value
+// string), applies the embedded migrations and returns the store. Tables
+// live in the first schema of the connection's search_path.
+func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	rp := cfg.ConnConfig.RuntimeParams
+	// A session left idle inside a transaction pins the xmin horizon: no
+	// vacuum can remove the dead row versions that the queue tables make on
+	// every delivery, and they bloat quickly. The store never waits on
+	// anything but the database inside a transaction, so such a session is
+	// a leak; the server ends it. An operator's own setting in the URL wins.
+	if _, ok := rp["idle_in_transaction_session_timeout"]; !ok {
+		rp["idle_in_transaction_session_timeout"] = "60000" // milliseconds
+	}
+	if _, ok := rp["application_name"]; !ok {
+		rp["application_name"] = "sombus"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
+	}
+	s := &Store{pool: pool, logger: logger}
+	s.notify = newNotifier(s)
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Close waits for pending notifications and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.notify.close()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// txOptions: READ COMMITTED everywhere; the row locks give the guarantees.
+func txOptions(readOnly bool) pgx.TxOptions {
+	o := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	if readOnly {
+		o.AccessMode = pgx.ReadOnly
+	}
+	return o
+}
+
+// run runs fn in a transaction, again from the start when it fails with a
+// deadlock or serialization failure, and maps the final error once.
+func (s *Store) run(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginTxFunc(ctx, s.pool, txOptions(readOnly), fn)
+		if err == nil {
+			return nil
+		}
+		if attempt < maxAttempts && isRetryable(err) && ctx.Err() == nil {
+			// Jitter, so the transactions that collided do not meet again.
+			wait := time.Duration(attempt*attempt)*2*time.Millisecond + rand.N(5*time.Millisecond)
+			s.logger.DebugContext(ctx, "postgres: retrying transaction", "attempt", attempt, "err", err)
+			select {
+			case <-time.After(wait):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		return interpretError(err)
+	}
+}
+
+// write runs fn in a read-write transaction with a waker; the queues fn
+// marks are notified inside the same transaction, just before it commits.
+// It returns the queues woken by the attempt that committed.
+func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx, w *waker) error) ([]string, error) {
+	var woken []string
+	err := s.run(ctx, false, func(tx pgx.Tx) error {
+		w := &waker{} // fresh per attempt: a rolled-back attempt woke nobody
+		if err := fn(tx, w); err != nil {
+			return err
+		}
+		woken = w.list()
+		return sendNotify(ctx, tx, woken)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return woken, nil
+}
+
+// retryableError marks a deadlock or serialization failure after
+// interpretError dropped the driver type, so run still retries it.
+type retryableError struct{ msg string }
+
+func (e *retryableError) Error() string { return e.msg }
+
+func isRetryable(err error) bool {
+	var r *retryableError
+	if errors.As(err, &r) {
+		return true
+	}
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40P01" || pg.Code == "40001")
+}
+
+// interpretError maps driver errors onto the bus sentinels, once, so that
+// nothing above the store sees a pgx type: no rows -> bus.ErrNotFound,
+// unique violation -> bus.ErrConflict, connection failures ->
+// bus.ErrUnavailable. Errors already mapped pass through unchanged.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var r *retryableError
+	if errors.Is(err, bus.ErrNotFound) || errors.Is(err, bus.ErrConflict) ||
+		errors.Is(err, bus.ErrUnavailable) || errors.As(err, &r) {
+		return err
+	}
+	for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, ce) {
+			return fmt.Errorf("%w: %s", ce, err.Error())
+		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s", bus.ErrNotFound, err.Error())
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code == "23505":
+			return fmt.Errorf("%w: %s", bus.ErrConflict, err.Error())
+		case pg.Code == "40P01" || pg.Code == "40001":
+			return &retryableError{msg: err.Error()}
+		case len(pg.Code) == 2+3 && (pg.Code[:2] == "08" || pg.Code[:2] == "57"):
+			// Connection exceptions and operator intervention (shutdown).
+			return fmt.Errorf("%w: %s", bus.ErrUnavailable, err.Error())
+		}
+		return errors.New(err.Error())
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %s", bus.ErrUnavailable, err.Error())
+	}
+	// Flatten: keep the words, drop the driver's types.
+	return errors.New(err.Error())
+}
+
+// ms converts a time to the stored unix milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// fromMS converts stored unix milliseconds to a UTC time.
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// msPtr converts an optional time.
+func msPtr(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	v := ms(*t)
+	return &v
+}
+
+// fromMSPtr converts an optional stored time.
+func fromMSPtr(v *int64) *time.Time {
+	if v == nil {
+		return nil
+	}
+	t := fromMS(*v)
+	return &t
+}
+
+// newNonce returns a fresh random positive int63 for a delivery.
+func newNonce() int64 { return rand.Int64N(1<<63-1) + 1 }

@@ -1,0 +1,310 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// QueueStats counts a queue in one statement (one snapshot). A queue
+// without a connection counts as empty.
+func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
+	var st bus.QueueStats
+	err := s.run(ctx, true, func(tx pgx.Tx) error {
+		var total int64
+		var oldest *int64
+		// in_flight and delayed are stories whose head is out (visible_at in
+		// the future); every other message of the queue is ready.
+		if err := tx.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM messages WHERE queue_id = $1),
+				(SELECT count(*) FROM stories WHERE queue_id = $1 AND visible_at > $2 AND NOT delayed),
+				(SELECT count(*) FROM stories WHERE queue_id = $1 AND visible_at > $2 AND delayed),
+				(SELECT count(*) FROM dead_letters WHERE queue_id = $1),
+				(SELECT min(m.enqueued_at) FROM messages m JOIN stories s ON s.id = m.story_id
+					WHERE m.queue_id = $1 AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))`,
+			queueID, ms(now)).Scan(&total, &st.InFlight, &st.Delayed, &st.DeadLetters, &oldest); err != nil {
+			return err
+		}
+		st.Ready = max(total-st.InFlight-st.Delayed, 0)
+		if oldest != nil && *oldest < ms(now) {
+			st.OldestReadyAgeSeconds = float64(ms(now)-*oldest) / 1000
+		}
+		return nil
+	})
+	if err != nil {
+		return bus.QueueStats{}, fmt.Errorf("queue stats: %w", err)
+	}
+	return st, nil
+}
+
+// QueuePurge deletes every message and story of a queue (not its dead
+// letters or ack records) and writes p.Audit, in one transaction.
+func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error) {
+	var n int
+	_, err := s.write(ctx, func(tx pgx.Tx, _ *waker) error {
+		// Lock the stories first (in the usual order) and delete the
+		// messages in a later statement: it then sees every message that a
+		// publisher committed before letting go of a story.
+		rows, err := tx.Query(ctx, `SELECT id FROM stories WHERE queue_id = $1 ORDER BY queue_id, story_key FOR UPDATE`, p.QueueID)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM messages WHERE story_id = ANY($1)`, ids)
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		if _, err := tx.Exec(ctx, `DELETE FROM stories WHERE id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		return insertAudit(ctx, tx, p.Audit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return n, nil
+}
+
+// DeadLetterList lists a queue's dead letters with id > after, oldest
+// first; limit <= 0 lists all.
+func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, after int64) ([]bus.DeadLetter, error) {
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	var out []bus.DeadLetter
+	err := s.run(ctx, true, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, message_id, message_type, correlation_id, topic, producer_id,
+				receive_count, enqueued_at, dead_lettered_at, envelope
+			FROM dead_letters WHERE queue_id = $1 AND id > $2 ORDER BY id LIMIT $3`, queueID, after, limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.DeadLetter, error) {
+			var d bus.DeadLetter
+			var enq, dl int64
+			err := r.Scan(&d.ID, &d.MessageID, &d.MessageType, &d.CorrelationID, &d.Topic, &d.ProducerID,
+				&d.ReceiveCount, &enq, &dl, &d.Envelope)
+			d.EnqueuedAt, d.DeadLetteredAt = fromMS(enq), fromMS(dl)
+			return d, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetterRedrive moves the named dead letters (all when p.MessageIDs is
+// nil) back to the tails of their stories in dead-letter id order, keeping
+// their enqueued_at, and writes p.Audit. Unknown ids are ignored.
+func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (int, error) {
+	var n int
+	_, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+		// nil is NULL (all); an empty non-nil slice is an empty array (none).
+		rows, err := tx.Query(ctx, `DELETE FROM dead_letters
+			WHERE queue_id = $1 AND ($2::text[] IS NULL OR message_id = ANY($2))
+			RETURNING id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`,
+			p.QueueID, p.MessageIDs)
+		if err != nil {
+			return err
+		}
+		type dl struct {
+			id         int64
+			msg        bus.PublishMessage
+			producerID string
+			enq        int64
+		}
+		dls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dl, error) {
+			var d dl
+			err := r.Scan(&d.id, &d.msg.MessageID, &d.msg.MessageType, &d.msg.Topic, &d.msg.CorrelationID,
+				&d.producerID, &d.enq, &d.msg.Envelope)
+			return d, err
+		})
+		if err != nil {
+			return err
+		}
+		sort.Slice(dls, func(i, j int) bool { return dls[i].id < dls[j].id })
+		msgs := make([]newMessage, len(dls))
+		for i := range dls {
+			d := &dls[i]
+			msgs[i] = newMessage{ref: storyRef{p.QueueID, d.msg.CorrelationID}, msg: &d.msg, enqueuedAt: d.enq, producerID: d.producerID}
+		}
+		if err := appendMessages(ctx, tx, w, ms(p.Now), msgs); err != nil {
+			return err
+		}
+		n = len(dls)
+		return insertAudit(ctx, tx, p.Audit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redrive: %w", err)
+	}
+	return n, nil
+}
+
+// maintainBatch is how many stories one maintenance transaction handles,
+// so no transaction holds many locks for long.
+const maintainBatch = 500
+
+// Maintain does one round of background work, in several short
+// transactions. A zero duration in p turns its part off. Expired counts
+// the messages dropped by retention.
+func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.MaintainResult, error) {
+	res := &bus.MaintainResult{}
+	all := &waker{}
+	now := ms(p.Now)
+
+	// (a) Dead-letter move of exhausted heads visible again, every queue.
+	for {
+		var moved, held int
+		woken, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+			rows, err := tx.Query(ctx, `SELECT s.id, s.queue_id, s.head_seq, s.receive_count
+				FROM stories s JOIN connections c ON c.id = s.queue_id
+				WHERE s.receive_count > 0 AND s.visible_at <= $1 AND s.receive_count >= c.attempt_limit
+				ORDER BY s.visible_at, s.id LIMIT $2 FOR UPDATE OF s SKIP LOCKED`, now, maintainBatch)
+			if err != nil {
+				return err
+			}
+			hs, err := pgx.CollectRows(rows, scanHeld)
+			if err != nil {
+				return err
+			}
+			held = len(hs)
+			moved, _, err = moveHeads(ctx, tx, w, now, hs)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("maintain: dead-letter move: %w", err)
+		}
+		res.DeadLettered += moved
+		mergeWoken(all, &waker{queues: setOf(woken)})
+		if held < maintainBatch {
+			break
+		}
+	}
+
+	// (b) Retention of messages, then of dead letters.
+	if p.Retention > 0 {
+		cutoff := ms(p.Now.Add(-p.Retention))
+		for {
+			var deleted int
+			var more bool
+			woken, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+				var err error
+				deleted, more, err = expireMessages(ctx, tx, w, now, cutoff)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("maintain: retention: %w", err)
+			}
+			res.Expired += deleted
+			mergeWoken(all, &waker{queues: setOf(woken)})
+			if !more || deleted == 0 {
+				break
+			}
+		}
+	}
+	deletes := []struct {
+		window time.Duration
+		sql    string
+	}{
+		{p.DeadLetterRetention, `DELETE FROM dead_letters WHERE dead_lettered_at <= $1`},
+		// (c) Records that outlived their windows.
+		{p.AttemptWindow, `DELETE FROM attempts WHERE created_at <= $1`},
+		{p.DedupWindow, `DELETE FROM dedup_records WHERE accepted_at <= $1`},
+		{p.AckRecordWindow, `DELETE FROM ack_records WHERE acked_at <= $1`},
+	}
+	for _, d := range deletes {
+		if d.window <= 0 {
+			continue
+		}
+		err := s.run(ctx, false, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, d.sql, ms(p.Now.Add(-d.window)))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("maintain: %w", err)
+		}
+	}
+	res.Woken = all.list()
+	return res, nil
+}
+
+// expireMessages deletes up to a batch of stories' messages enqueued at or
+// before cutoff, advancing the stories whose head went. more reports that
+// the batch was full.
+func expireMessages(ctx context.Context, tx pgx.Tx, w *waker, now, cutoff int64) (deleted int, more bool, err error) {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT story_id FROM messages WHERE enqueued_at <= $1 LIMIT $2`, cutoff, maintainBatch)
+	if err != nil {
+		return 0, false, err
+	}
+	cands, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, false, err
+	}
+	if len(cands) == 0 {
+		return 0, false, nil
+	}
+	// Lock the stories in the usual order; one in use now is skipped and
+	// expires in a later round.
+	rows, err = tx.Query(ctx, `SELECT id, queue_id, head_seq, receive_count FROM stories
+		WHERE id = ANY($1) ORDER BY queue_id, story_key FOR UPDATE SKIP LOCKED`, cands)
+	if err != nil {
+		return 0, false, err
+	}
+	held, err := pgx.CollectRows(rows, scanHeld)
+	if err != nil {
+		return 0, false, err
+	}
+	ids := make([]int64, len(held))
+	heads := map[int64]int64{}
+	for i, h := range held {
+		ids[i] = h.id
+		heads[h.id] = h.head
+	}
+	// Messages of the locked stories, plus committed messages whose story
+	// row is gone (left behind by a connection deleted mid-publish).
+	rows, err = tx.Query(ctx, `DELETE FROM messages m WHERE m.enqueued_at <= $1 AND (m.story_id = ANY($2)
+			OR (m.story_id = ANY($3) AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id)))
+		RETURNING m.story_id, m.seq`, cutoff, ids, cands)
+	if err != nil {
+		return 0, false, err
+	}
+	var headGone []int64
+	for rows.Next() {
+		var sid, seq int64
+		if err := rows.Scan(&sid, &seq); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		deleted++
+		if h, ok := heads[sid]; ok && h == seq {
+			headGone = append(headGone, sid)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, err
+	}
+	if _, err := advance(ctx, tx, w, now, headGone); err != nil {
+		return 0, false, err
+	}
+	return deleted, len(cands) == maintainBatch, nil
+}
+
+// setOf makes a set of ids.
+func setOf(ids []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		m[id] = struct{}{}
+	}
+	return m
+}

@@ -1,0 +1,386 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// MessageReceive replays an attempt id, or moves the queue's exhausted
+// heads to the dead letters and claims up to p.Max ready stories. Queues
+// made ready by the dead-letter move are notified in the transaction.
+func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	var res *bus.ReceiveResult
+	woken, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+		var err error
+		res, err = receive(ctx, tx, w, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receive: %w", err)
+	}
+	res.Woken = woken
+	return res, nil
+}
+
+// attemptLimit reads the attempt limit of a queue's connection.
+func attemptLimit(ctx context.Context, tx pgx.Tx, queueID string) (int, error) {
+	var limit int
+	err := tx.QueryRow(ctx, `SELECT attempt_limit FROM connections WHERE id = $1`, queueID).Scan(&limit)
+	if err == pgx.ErrNoRows {
+		return 0, fmt.Errorf("%w: queue %s", bus.ErrNotFound, queueID)
+	}
+	return limit, err
+}
+
+// storedHandle is a handle as an attempt record keeps it.
+type storedHandle struct {
+	StoryID int64 `json:"story_id"`
+	Seq     int64 `json:"seq"`
+	Nonce   int64 `json:"nonce"`
+}
+
+// receive is MessageReceive inside its transaction.
+func receive(ctx context.Context, tx pgx.Tx, w *waker, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	now, visAt := ms(p.Now), ms(p.Now.Add(p.Visibility))
+	limit, err := attemptLimit(ctx, tx, p.QueueID)
+	if err != nil {
+		return nil, err
+	}
+	res := &bus.ReceiveResult{}
+
+	if p.AttemptID != "" {
+		replay, err := takeAttempt(ctx, tx, p, now)
+		if err != nil {
+			return nil, err
+		}
+		if replay != nil {
+			if res.Deliveries, err = replayAttempt(ctx, tx, p, now, visAt, replay); err != nil {
+				return nil, err
+			}
+			res.NextVisibleAt, err = nextVisible(ctx, tx, p.QueueID, now)
+			return res, err
+		}
+	}
+
+	// Exhausted heads that are visible again go to the dead letters first.
+	// SKIP LOCKED: a story locked now is being settled or claimed by
+	// someone else; the next receive or the sweeper gets to it.
+	rows, err := tx.Query(ctx, `SELECT id, queue_id, head_seq, receive_count FROM stories
+		WHERE queue_id = $1 AND visible_at <= $2 AND receive_count >= $3
+		ORDER BY visible_at, id FOR UPDATE SKIP LOCKED`, p.QueueID, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	held, err := pgx.CollectRows(rows, scanHeld)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := moveHeads(ctx, tx, w, now, held); err != nil {
+		return nil, err
+	}
+
+	// The claim: lock the oldest ready stories in a CTE (the LIMIT applies
+	// before the locks, see PostgreSQL bug #15715 for the IN form), then
+	// start a delivery on each with a nonce from nonces[n]. Exhausted
+	// stories that were locked during the move above are left alone.
+	max := max(p.Max, 0)
+	nonces := make([]int64, max)
+	for i := range nonces {
+		nonces[i] = newNonce()
+	}
+	rows, err = tx.Query(ctx, `WITH picked AS (
+			SELECT id, visible_at FROM stories
+			WHERE queue_id = $1 AND visible_at <= $2 AND receive_count < $3
+			ORDER BY visible_at, id
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED
+		), numbered AS (
+			SELECT id, row_number() OVER (ORDER BY visible_at, id) AS n FROM picked
+		)
+		UPDATE stories s
+		SET receive_count = s.receive_count + 1, nonce = ($5::bigint[])[numbered.n::int], visible_at = $6, delayed = false
+		FROM numbered WHERE s.id = numbered.id
+		RETURNING s.id, s.head_seq, s.nonce, s.receive_count, numbered.n`,
+		p.QueueID, now, limit, max, nonces, visAt)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, scanClaimed)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if res.Deliveries, err = deliveries(ctx, tx, p.QueueID, claimed); err != nil {
+		return nil, err
+	}
+
+	if p.AttemptID != "" {
+		if err := recordAttempt(ctx, tx, p, res.Deliveries); err != nil {
+			return nil, err
+		}
+	}
+	res.NextVisibleAt, err = nextVisible(ctx, tx, p.QueueID, now)
+	return res, err
+}
+
+// heldStory is a story row this transaction locked.
+type heldStory struct {
+	id           int64
+	queue        string
+	head         int64
+	receiveCount int
+}
+
+func scanHeld(r pgx.CollectableRow) (heldStory, error) {
+	var h heldStory
+	err := r.Scan(&h.id, &h.queue, &h.head, &h.receiveCount)
+	return h, err
+}
+
+// claimedStory is a story whose head a receive delivers; ord orders the
+// deliveries.
+type claimedStory struct {
+	id, head, nonce int64
+	receiveCount    int
+	ord             int64
+}
+
+func scanClaimed(r pgx.CollectableRow) (claimedStory, error) {
+	var c claimedStory
+	err := r.Scan(&c.id, &c.head, &c.nonce, &c.receiveCount, &c.ord)
+	return c, err
+}
+
+// deliveries reads the head messages of claimed stories, in ord order. It
+// runs in a statement after the claim, so it sees every message committed
+// before the locks were taken.
+func deliveries(ctx context.Context, tx pgx.Tx, queueID string, claimed []claimedStory) ([]bus.Delivery, error) {
+	if len(claimed) == 0 {
+		return nil, nil
+	}
+	sort.Slice(claimed, func(i, j int) bool { return claimed[i].ord < claimed[j].ord })
+	sids, seqs := make([]int64, len(claimed)), make([]int64, len(claimed))
+	for i, c := range claimed {
+		sids[i], seqs[i] = c.id, c.head
+	}
+	rows, err := tx.Query(ctx, `SELECT m.story_id, m.message_id, m.message_type, m.correlation_id, m.topic,
+			m.producer_id, m.enqueued_at, m.envelope
+		FROM messages m JOIN unnest($1::bigint[], $2::bigint[]) AS h(sid, seq) ON m.story_id = h.sid AND m.seq = h.seq`,
+		sids, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("heads: %w", err)
+	}
+	byStory := map[int64]bus.Delivery{}
+	for rows.Next() {
+		var d bus.Delivery
+		var sid, enq int64
+		if err := rows.Scan(&sid, &d.MessageID, &d.MessageType, &d.CorrelationID, &d.Topic, &d.ProducerID, &enq, &d.Envelope); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		d.EnqueuedAt = fromMS(enq)
+		byStory[sid] = d
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("heads: %w", err)
+	}
+	out := make([]bus.Delivery, 0, len(claimed))
+	for _, c := range claimed {
+		d, ok := byStory[c.id]
+		if !ok {
+			// A story row always has its head message; a missing one is a
+			// broken invariant, not something to hand out.
+			return nil, fmt.Errorf("story %d: head message %d is missing", c.id, c.head)
+		}
+		d.Handle = bus.Handle{QueueID: queueID, StoryID: c.id, Seq: c.head, Nonce: c.nonce}
+		d.ReceiveCount = c.receiveCount
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// takeAttempt makes this receive the owner of its attempt id, or returns
+// the handles to replay when a live record exists. A new record is
+// inserted with no handles; a concurrent receive with the same attempt id
+// waits on that insert and then replays what this one commits.
+func takeAttempt(ctx context.Context, tx pgx.Tx, p *bus.ReceiveParams, now int64) ([]storedHandle, error) {
+	cutoff := ms(p.Now.Add(-p.AttemptWindow))
+	for try := 0; try < 3; try++ {
+		tag, err := tx.Exec(ctx, `INSERT INTO attempts (queue_id, attempt_id, created_at, handles)
+			VALUES ($1, $2, $3, NULL) ON CONFLICT (queue_id, attempt_id) DO NOTHING`, p.QueueID, p.AttemptID, now)
+		if err != nil {
+			return nil, fmt.Errorf("attempt: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil, nil
+		}
+		var created int64
+		var handles *string
+		err = tx.QueryRow(ctx, `SELECT created_at, handles FROM attempts
+			WHERE queue_id = $1 AND attempt_id = $2 FOR UPDATE`, p.QueueID, p.AttemptID).Scan(&created, &handles)
+		if err == pgx.ErrNoRows {
+			continue // deleted since the insert saw it: try again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("attempt: %w", err)
+		}
+		if created <= cutoff {
+			// Expired: the receive proceeds as fresh and owns the record.
+			_, err := tx.Exec(ctx, `UPDATE attempts SET created_at = $3, handles = NULL
+				WHERE queue_id = $1 AND attempt_id = $2`, p.QueueID, p.AttemptID, now)
+			return nil, err
+		}
+		hs := []storedHandle{}
+		if handles != nil {
+			if err := json.Unmarshal([]byte(*handles), &hs); err != nil {
+				return nil, fmt.Errorf("attempt %s: %w", p.AttemptID, err)
+			}
+		}
+		return hs, nil
+	}
+	return nil, fmt.Errorf("attempt %s: record keeps changing", p.AttemptID)
+}
+
+// recordAttempt stores the handles of an owned attempt, or drops the record
+// when the receive returned nothing.
+func recordAttempt(ctx context.Context, tx pgx.Tx, p *bus.ReceiveParams, ds []bus.Delivery) error {
+	if len(ds) == 0 {
+		_, err := tx.Exec(ctx, `DELETE FROM attempts WHERE queue_id = $1 AND attempt_id = $2`, p.QueueID, p.AttemptID)
+		return err
+	}
+	hs := make([]storedHandle, len(ds))
+	for i, d := range ds {
+		hs[i] = storedHandle{StoryID: d.Handle.StoryID, Seq: d.Handle.Seq, Nonce: d.Handle.Nonce}
+	}
+	b, err := json.Marshal(hs)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE attempts SET handles = $3 WHERE queue_id = $1 AND attempt_id = $2`,
+		p.QueueID, p.AttemptID, string(b))
+	return err
+}
+
+// replayAttempt returns the deliveries of an attempt that are still in
+// flight, with the same handles and receive counts, extending visibility.
+func replayAttempt(ctx context.Context, tx pgx.Tx, p *bus.ReceiveParams, now, visAt int64, hs []storedHandle) ([]bus.Delivery, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	sids, seqs, nonces := make([]int64, len(hs)), make([]int64, len(hs)), make([]int64, len(hs))
+	for i, h := range hs {
+		sids[i], seqs[i], nonces[i] = h.StoryID, h.Seq, h.Nonce
+	}
+	rows, err := tx.Query(ctx, `UPDATE stories s SET visible_at = $3
+		FROM unnest($4::bigint[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS h(sid, seq, nonce, ord)
+		WHERE s.id = h.sid AND s.queue_id = $1 AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.visible_at > $2
+		RETURNING s.id, s.head_seq, s.nonce, s.receive_count, h.ord`,
+		p.QueueID, now, visAt, sids, seqs, nonces)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, scanClaimed)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return deliveries(ctx, tx, p.QueueID, claimed)
+}
+
+// nextVisible is the earliest future visible_at of the queue's stories.
+func nextVisible(ctx context.Context, tx pgx.Tx, queueID string, now int64) (t time.Time, err error) {
+	var v *int64
+	if err := tx.QueryRow(ctx, `SELECT min(visible_at) FROM stories WHERE queue_id = $1 AND visible_at > $2`,
+		queueID, now).Scan(&v); err != nil {
+		return t, err
+	}
+	if v != nil {
+		t = fromMS(*v)
+	}
+	return t, nil
+}
+
+// moveHeads moves the heads of held stories to the dead letters (keeping
+// their receive counts, dead-lettered at now) and advances the stories.
+// The stories must be locked by this transaction. It returns the count and
+// the new head of each story that has one.
+func moveHeads(ctx context.Context, tx pgx.Tx, w *waker, now int64, held []heldStory) (int, map[int64]int64, error) {
+	if len(held) == 0 {
+		return 0, nil, nil
+	}
+	sids, seqs, rcs := make([]int64, len(held)), make([]int64, len(held)), make([]int32, len(held))
+	for i, h := range held {
+		sids[i], seqs[i], rcs[i] = h.id, h.head, int32(h.receiveCount)
+	}
+	tag, err := tx.Exec(ctx, `WITH h AS (
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS t(sid, seq, rc, ord)
+		), moved AS (
+			DELETE FROM messages m USING h WHERE m.story_id = h.sid AND m.seq = h.seq
+			RETURNING m.queue_id, m.message_id, m.message_type, m.topic, m.correlation_id, m.producer_id,
+				h.rc, m.enqueued_at, m.envelope, h.ord
+		)
+		INSERT INTO dead_letters (queue_id, message_id, message_type, topic, correlation_id, producer_id,
+			receive_count, enqueued_at, dead_lettered_at, envelope)
+		SELECT queue_id, message_id, message_type, topic, correlation_id, producer_id, rc, enqueued_at, $4, envelope
+		FROM moved ORDER BY ord`, sids, seqs, rcs, now)
+	if err != nil {
+		return 0, nil, fmt.Errorf("dead-letter move: %w", err)
+	}
+	heads, err := advance(ctx, tx, w, now, sids)
+	if err != nil {
+		return 0, nil, err
+	}
+	return int(tag.RowsAffected()), heads, nil
+}
+
+// advance moves locked stories whose head left (ack, dead-letter move,
+// retention) on to their smallest remaining message, offered again from
+// that message's enqueued_at with a fresh receive count; a story with no
+// message left is deleted. It reads the messages in statements after the
+// lock, so a publish that committed before the lock is seen. Queues that
+// got a ready head are woken. It returns the new head of each story that
+// has one.
+func advance(ctx context.Context, tx pgx.Tx, w *waker, now int64, ids []int64) (map[int64]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `WITH nxt AS (
+			SELECT DISTINCT ON (story_id) story_id, seq, enqueued_at FROM messages
+			WHERE story_id = ANY($1) ORDER BY story_id, seq
+		)
+		UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
+		FROM nxt WHERE s.id = nxt.story_id
+		RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("advance: %w", err)
+	}
+	heads := map[int64]int64{}
+	advanced := []int64{} // not nil: nil would be NULL in NOT (id = ANY($2))
+	for rows.Next() {
+		var id, head, vis int64
+		var q string
+		if err := rows.Scan(&id, &q, &head, &vis); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		advanced = append(advanced, id)
+		heads[id] = head
+		if vis <= now {
+			w.wake(q)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("advance: %w", err)
+	}
+	if len(advanced) < len(ids) {
+		if _, err := tx.Exec(ctx, `DELETE FROM stories WHERE id = ANY($1) AND NOT (id = ANY($2))`, ids, advanced); err != nil {
+			return nil, fmt.Errorf("advance: delete empty stories: %w", err)
+		}
+	}
+	return heads, nil
+}

@@ -1,0 +1,188 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// MessageAck acknowledges deliveries, one result per handle, in order, in
+// one transaction. A story advanced to a ready head is notified.
+func (s *Store) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	return s.settle(ctx, p, true)
+}
+
+// MessageNack releases deliveries after p.Delay (or dead-letters exhausted
+// ones), one result per handle, in order, in one transaction.
+func (s *Store) MessageNack(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	return s.settle(ctx, p, false)
+}
+
+// Failure messages of settle results.
+const (
+	msgOtherQueue  = "The receipt handle belongs to another queue."
+	msgReceived    = "The message was received again after this receipt handle was issued."
+	msgNotInFlight = "The receipt handle does not match a message in flight (it was acknowledged, dead-lettered, purged or expired)."
+)
+
+// liveStory is the delivery state of a story locked by a settle.
+type liveStory struct {
+	head, nonce  int64
+	receiveCount int
+}
+
+func (s *Store) settle(ctx context.Context, p *bus.SettleParams, ack bool) ([]bus.SettleResult, error) {
+	var out []bus.SettleResult
+	_, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+		var err error
+		out, err = settle(ctx, tx, w, p, ack)
+		return err
+	})
+	if err != nil {
+		if ack {
+			return nil, fmt.Errorf("ack: %w", err)
+		}
+		return nil, fmt.Errorf("nack: %w", err)
+	}
+	return out, nil
+}
+
+// settle is MessageAck (ack) or MessageNack inside its transaction.
+func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack bool) ([]bus.SettleResult, error) {
+	now := ms(p.Now)
+	out := make([]bus.SettleResult, len(p.Handles))
+	if len(p.Handles) == 0 {
+		return out, nil
+	}
+
+	// Lock every story the handles name, sorted by (queue_id, story_key) as
+	// in every batch operation. The ORDER BY sits below the row locking in
+	// the plan, so the locks are taken in that order.
+	ids := make([]int64, 0, len(p.Handles))
+	for _, h := range p.Handles {
+		if h.QueueID == p.QueueID {
+			ids = append(ids, h.StoryID)
+		}
+	}
+	live := map[int64]*liveStory{}
+	rows, err := tx.Query(ctx, `SELECT id, head_seq, nonce, receive_count FROM stories
+		WHERE id = ANY($1) AND queue_id = $2 ORDER BY queue_id, story_key FOR UPDATE`, ids, p.QueueID)
+	if err != nil {
+		return nil, fmt.Errorf("lock stories: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var st liveStory
+		if err := rows.Scan(&id, &st.head, &st.nonce, &st.receiveCount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		live[id] = &st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock stories: %w", err)
+	}
+
+	limit := math.MaxInt32
+	if !ack {
+		switch l, err := attemptLimit(ctx, tx, p.QueueID); {
+		case err == nil:
+			limit = l
+		case !errors.Is(err, bus.ErrNotFound):
+			return nil, err
+		}
+	}
+
+	fail := func(msg string) bus.SettleResult {
+		return bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msg}
+	}
+	for i, h := range p.Handles {
+		if h.QueueID != p.QueueID {
+			out[i] = fail(msgOtherQueue)
+			continue
+		}
+		st := live[h.StoryID]
+		if st == nil || st.head != h.Seq {
+			// Not the live head: only a repeated ack of the same delivery
+			// succeeds.
+			if !ack {
+				out[i] = fail(msgNotInFlight)
+				continue
+			}
+			var acked bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ack_records
+				WHERE queue_id = $1 AND story_id = $2 AND seq = $3 AND nonce = $4)`,
+				h.QueueID, h.StoryID, h.Seq, h.Nonce).Scan(&acked); err != nil {
+				return nil, fmt.Errorf("ack record: %w", err)
+			}
+			if acked {
+				out[i] = bus.SettleResult{OK: true}
+			} else {
+				out[i] = fail(msgNotInFlight)
+			}
+			continue
+		}
+		if st.nonce != h.Nonce {
+			out[i] = fail(msgReceived)
+			continue
+		}
+
+		hw := &waker{} // what this handle woke, for its result
+		var heads map[int64]int64
+		switch {
+		case ack:
+			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE story_id = $1 AND seq = $2`, h.StoryID, h.Seq); err != nil {
+				return nil, fmt.Errorf("delete message: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
+				VALUES ($1, $2, $3, $4, $5) ON CONFLICT (queue_id, story_id, seq)
+				DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at`,
+				h.QueueID, h.StoryID, h.Seq, h.Nonce, now); err != nil {
+				return nil, fmt.Errorf("ack record: %w", err)
+			}
+			if heads, err = advance(ctx, tx, hw, now, []int64{h.StoryID}); err != nil {
+				return nil, err
+			}
+		case st.receiveCount >= limit:
+			// Exhausted: to the dead letters now, whatever the delay.
+			held := []heldStory{{id: h.StoryID, queue: h.QueueID, head: h.Seq, receiveCount: st.receiveCount}}
+			if _, heads, err = moveHeads(ctx, tx, hw, now, held); err != nil {
+				return nil, err
+			}
+		default:
+			// Release: the nonce stays, so this handle still settles the
+			// delivery until the next receive.
+			if _, err := tx.Exec(ctx, `UPDATE stories SET visible_at = $2, delayed = $3 WHERE id = $1`,
+				h.StoryID, ms(p.Now.Add(p.Delay)), p.Delay > 0); err != nil {
+				return nil, fmt.Errorf("release: %w", err)
+			}
+			if p.Delay <= 0 {
+				hw.wake(h.QueueID)
+			}
+			out[i] = bus.SettleResult{OK: true, Woken: hw.has(h.QueueID)}
+			mergeWoken(w, hw)
+			continue
+		}
+		// The head left: follow the story to its new head, if any.
+		if head, ok := heads[h.StoryID]; ok {
+			*st = liveStory{head: head}
+		} else {
+			delete(live, h.StoryID)
+		}
+		out[i] = bus.SettleResult{OK: true, Woken: hw.has(h.QueueID)}
+		mergeWoken(w, hw)
+	}
+	return out, nil
+}
+
+// mergeWoken adds the queues of from to w.
+func mergeWoken(w, from *waker) {
+	for q := range from.queues {
+		w.wake(q)
+	}
+}
