@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sombus/sombus/internal/bus"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go)
@@ -26,6 +27,7 @@ type Store struct {
 	w     *writer
 	rdb   *sql.DB // read-only pool
 
+	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -160,6 +162,7 @@ func (s *Store) Path() string { return s.path }
 // closes every connection. Calls after the first return the first's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		s.w.stop() // also closes the write connection's statements
 		err := errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
 		if err != nil {
@@ -171,6 +174,9 @@ func (s *Store) Close() error {
 
 // Ping checks that both the read pool and the writer answer.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	if err := s.rdb.PingContext(ctx); err != nil {
 		return fmt.Errorf("sqlite: ping: %w", interpretError(err))
 	}
@@ -194,6 +200,9 @@ func (s *Store) View(ctx context.Context, fn func(tx bus.Tx) error) error {
 
 // read runs fn in a read transaction of the read pool.
 func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	t, err := s.rdb.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin read: %w", interpretError(err))
