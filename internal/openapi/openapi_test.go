@@ -182,6 +182,9 @@ func TestShape(t *testing.T) {
 			}
 			if op.RequestBody != nil && !token {
 				for ct, mt := range op.RequestBody.Value.Content {
+					if mt.Schema.Ref == "#/components/schemas/Envelope" {
+						continue // the SOM document keeps unknown members (decision 19)
+					}
 					s := mt.Schema.Value
 					if s.AdditionalProperties.Has == nil || *s.AdditionalProperties.Has {
 						if s.MaxProps == nil || *s.MaxProps != 0 {

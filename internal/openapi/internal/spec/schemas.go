@@ -52,7 +52,9 @@ func nullableTime(d string) obj {
 
 func anyObject(d string) obj { return o("type", "object", "description", desc(d)) }
 
-func array(items obj, d string) obj { return o("type", "array", "items", items, "description", desc(d)) }
+func array(items obj, d string) obj {
+	return o("type", "array", "items", items, "description", desc(d))
+}
 
 func enum(d string, values ...string) obj {
 	return o("type", "string", "enum", values, "description", desc(d))
@@ -137,7 +139,8 @@ func schemas() obj {
 		"Envelope", closed("A SOM envelope, kept byte for byte as accepted; its topic is `som.` + `message_type`. "+
 			"Each failed check is its own violation, all reported at once (rules `envelope.malformed`, `envelope.som_version`, "+
 			"`envelope.message_id`, `envelope.message_type`, `envelope.correlation_id`, `envelope.payload`). "+
-			"Decision: a member outside these five is refused (`envelope.malformed`), like an unknown field of any request body.",
+			"Decision: the envelope is the one request body that keeps members outside these five: it is the producer's SOM "+
+			"document, kept and delivered byte for byte, and later SOM 1.x minor versions may add members. Only the five are checked.",
 			[]string{"som_version", "message_id", "message_type", "correlation_id", "payload"}, o(
 				"som_version", pattern(semverRE, "`MAJOR.MINOR.PATCH` with major 1 (decision: no leading zeros, as in Semantic Versioning)."),
 				"message_id", pattern(printable, "1 to 128 printable ASCII characters (decision: space to `~`, U+0020–U+007E). "+
@@ -146,7 +149,7 @@ func schemas() obj {
 				"correlation_id", pattern(printable, "The story: 1 to 128 printable ASCII characters (space to `~`). "+
 					"Consumers receive one story's messages in the order the bus accepted them."),
 				"payload", anyObject("The message's content: any JSON object."),
-			)),
+			)).with("additionalProperties", true),
 		"PublishAccepted", closed("The answer to an accepted envelope. Decision: a duplicate (same `message_id` from the same producer "+
 			"within 5 minutes) answers like the original, with the original's `deliveries` and `duplicate: true`, and is not delivered "+
 			"again; `duplicate` is left out when the message is not a duplicate.",
@@ -220,9 +223,9 @@ func schemas() obj {
 				"authority_scale", integer(0, 100, ""),
 			)),
 		"Skills", closed("A consumer connection's skill registrations. Decision: until registrations were first put, "+
-			"`registrations` is empty and `updated_at` is the connection's `created_at`.", []string{"registrations", "updated_at"}, o(
+			"`registrations` is empty and `updated_at` is null.", []string{"registrations", "updated_at"}, o(
 			"registrations", array(ref("SkillRegistration"), ""),
-			"updated_at", timeField("When the registrations were last put."),
+			"updated_at", nullableTime("When the registrations were last put; null before the first put."),
 		)),
 		"SkillsPutRequest", closed("Replaces the registrations (an empty list clears them). Decision: at most 100 registrations, "+
 			"`instance_id` unique among them (400 `manage.bad_request` otherwise).", []string{"registrations"}, o(
@@ -385,12 +388,13 @@ func schemas() obj {
 var queueCountNames = []string{"ready", "in_flight", "delayed", "dead_letters", "oldest_ready_age_seconds"}
 
 func connRequired() []string {
-	return []string{"id", "kind", "name", "status", "attempt_limit", "quota_tier", "credential_version", "secret", "subscriptions", "created_at"}
+	return []string{"id", "workspace_id", "kind", "name", "status", "attempt_limit", "quota_tier", "credential_version", "secret", "subscriptions", "created_at"}
 }
 
 func connProps(kind string) obj {
 	return o(
 		"id", id("c", "The connection id, also its client id and (for a consumer) its queue id."),
+		"workspace_id", id("w", "The workspace it belongs to."),
 		"kind", o("const", kind),
 		"name", strLen(1, 128, ""),
 		"status", enum("`revoked`: no new tokens, and its tokens get 403 `producer.not_registered`.", "active", "revoked"),
