@@ -25,6 +25,7 @@ type connState struct {
 	workspaceID       string
 	status            bus.ConnectionStatus
 	credentialVersion int64
+	quotaTier         string
 }
 
 type cacheEntry struct {
@@ -109,6 +110,17 @@ func (c *Checker) Check(ctx context.Context, token string, role bus.ConnectionKi
 	return claims, nil
 }
 
+// QuotaTier returns the quota tier of a connection from the same cached
+// state as Check (a tier change on this node is seen at once through
+// Invalidate, on other nodes within the ttl). "" when it does not exist.
+func (c *Checker) QuotaTier(ctx context.Context, connectionID string) (string, error) {
+	st, err := c.state(ctx, connectionID)
+	if err != nil {
+		return "", err
+	}
+	return st.quotaTier, nil
+}
+
 // Invalidate forgets what the checker knows of a connection, so that a change
 // made on this node (a revoke, a rotation, a removal) takes effect at once
 // here; other nodes see it when their cache entry expires.
@@ -152,6 +164,7 @@ func (c *Checker) state(ctx context.Context, id string) (connState, error) {
 			workspaceID:       conn.WorkspaceID,
 			status:            conn.Status,
 			credentialVersion: conn.CredentialVersion,
+			quotaTier:         conn.QuotaTier,
 		}
 		return nil
 	})

@@ -371,3 +371,6 @@ func (s *Service) Purge(ctx context.Context, a *Actor, workspaceID, id string) (
 	}
 	return n, nil
 }
+
+// EncodeHandle returns the receipt handle text of h.
+func (s *Service) EncodeHandle(h Handle) string { return s.cfg.Handles.Encode(h) }

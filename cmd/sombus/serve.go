@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sombus/sombus/internal/server"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sombus",
+		Short:         "sombus: a self-hostable, multi-tenant message bus",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServeCommand())
+	return root
+}
+
+// envName is the environment variable of a flag: --public-url is
+// SOMBUS_PUBLIC_URL.
+func envName(flag string) string {
+	return "SOMBUS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable (the flag wins).
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || err != nil {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s: %w", envName(f.Name), serr)
+			}
+		}
+	})
+	return err
+}
+
+func newServeCommand() *cobra.Command {
+	var cfg server.Config
+	var logLevel, logFormat string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a sombus node",
+		Long: `Run a sombus node. Every flag has an environment variable of the same name
+(--listen and SOMBUS_LISTEN); the flag wins.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			opts := &slog.HandlerOptions{Level: level}
+			var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+			if logFormat == "text" {
+				h = slog.NewTextHandler(os.Stderr, opts)
+			}
+			cfg.Logger = slog.New(h)
+			cfg.Stdout = cmd.OutOrStdout()
+			srv, err := server.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			werr := srv.Wait(cmd.Context())
+			cfg.Logger.Info("shutting down")
+			if err := srv.Close(); err != nil && werr == nil {
+				werr = err
+			}
+			return werr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve on")
+	f.StringVar(&cfg.Store, "store", "sqlite:./sombus.db", "sqlite:PATH (embedded, one node) or a postgres:// URL (several nodes may share it)")
+	f.StringVar(&cfg.Environment, "environment", "sandbox", "the environment name that tokens are issued for and checked against")
+	f.StringVar(&cfg.PublicURL, "public-url", "", "the base URL written into tokens (iss) and into the URLs shown with a new secret (default http:// + listen address)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (HTTP/2) with this PEM certificate")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
+	f.StringVar(&cfg.BootstrapKey, "bootstrap-key", "", "the first operator's API key, used only when the store has no users yet (default: generate one and print it once)")
+	f.StringVar(&cfg.TiersFile, "tiers", "", "a JSON file of quota tiers merged over the built-in standard and unlimited tiers")
+	f.DurationVar(&cfg.Retention, "retention", 4*24*time.Hour, "how long a message not acknowledged is kept (1m to 336h)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "json", "json or text")
+	return cmd
+}

@@ -1,0 +1,162 @@
+// Package httpapi is the HTTP face of sombus: routes, request parsing, the
+// refusal body. It holds no business rules: refusals come from the typed
+// errors of bus and auth.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// handlerFunc is a route handler that returns its refusal or internal error
+// instead of writing it, so one place writes every error.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// refusal is the bus's usual refusal body.
+type refusal struct {
+	Accepted   bool            `json:"accepted"`
+	Violations []bus.Violation `json:"violations"`
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, `{"accepted":false,"violations":[{"rule":"internal.error","message":"Internal error."}]}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// writeError writes err: a refusal as the usual body with its status, any
+// other error as a 500 "Internal error." logged with everything. 5xx are
+// logged loudly, 4xx quietly.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	e, ok := bus.AsError(err)
+	if !ok {
+		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = &bus.Error{Status: http.StatusInternalServerError, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}}
+	} else if e.Status >= 500 {
+		log.WarnContext(r.Context(), "refused", "method", r.Method, "path", r.URL.Path, "status", e.Status, "rule", e.Rule())
+	} else {
+		log.DebugContext(r.Context(), "refused", "method", r.Method, "path", r.URL.Path, "status", e.Status, "rule", e.Rule())
+	}
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		ra := e.RetryAfter
+		if ra <= 0 {
+			ra = time.Second
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
+	}
+	if e.Status == http.StatusMethodNotAllowed && w.Header().Get("Allow") == "" {
+		w.Header().Set("Allow", "")
+	}
+	writeJSON(w, e.Status, refusal{Accepted: false, Violations: e.Violations})
+}
+
+// bodyOptions say how to read a JSON body.
+type bodyOptions struct {
+	limit int64  // bytes
+	rule  string // the route's *.bad_request rule
+	// tooLargeRule is the rule of a body over limit (defaults to rule).
+	tooLargeRule string
+}
+
+// readBody reads a request body up to the limit, checking the content type.
+func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || mt != "application/json" {
+		return nil, bus.Errorf(o.rule, "Content-Type must be application/json (got %q).", ct)
+	}
+	tooLarge := o.tooLargeRule
+	if tooLarge == "" {
+		tooLarge = o.rule
+	}
+	if r.ContentLength > o.limit {
+		return nil, &bus.Error{Status: http.StatusRequestEntityTooLarge, Violations: []bus.Violation{{Rule: tooLarge,
+			Message: fmt.Sprintf("The request body is %d bytes; this route accepts at most %d bytes.", r.ContentLength, o.limit)}}}
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, o.limit+1))
+	if err != nil {
+		return nil, bus.Errorf(o.rule, "The request body could not be read.")
+	}
+	if int64(len(b)) > o.limit {
+		return nil, &bus.Error{Status: http.StatusRequestEntityTooLarge, Violations: []bus.Violation{{Rule: tooLarge,
+			Message: fmt.Sprintf("The request body is over %d bytes, the most this route accepts.", o.limit)}}}
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields,
+// wrong types and trailing data with a message naming the field.
+func decodeStrict(b []byte, v any, rule string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bus.Errorf(rule, "%s", describeJSONError(err))
+	}
+	if dec.More() {
+		return bus.Errorf(rule, "The request body must hold one JSON object and nothing after it.")
+	}
+	if bytes.TrimSpace(b)[0] != '{' {
+		return bus.Errorf(rule, "The request body must be a JSON object.")
+	}
+	return nil
+}
+
+// describeJSONError turns a decoding error into a sentence naming the field.
+func describeJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return fmt.Sprintf("The request body must be a JSON object, not %s.", te.Value)
+		}
+		return fmt.Sprintf("Field %q must be %s, not %s.", field, jsonKind(te.Type.Kind().String()), te.Value)
+	case errors.As(err, &se):
+		return fmt.Sprintf("The request body is not valid JSON (at byte %d).", se.Offset)
+	case errors.Is(err, io.EOF):
+		return "The request body is empty; a JSON object is required."
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Sprintf("Unknown field %s: it is not part of this request.", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "The request body is cut short: it is not valid JSON."
+	}
+	return "The request body is not valid JSON."
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "float64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return "of another type"
+}
+
+var errInvalidJWKS = errors.New("jwks: signer produced invalid JSON")

@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sombus/sombus/internal/auth"
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/openapi"
+)
+
+// Body limits per route (API.md §1).
+const (
+	limitSettle  = 64 << 10
+	limitPublish = 256 << 10
+	limitBatch   = 1 << 20
+	limitManage  = 1 << 20
+	limitToken   = 16 << 10
+)
+
+// MaxLongPollsPerConnection bounds the concurrent long polls of one
+// connection; a receive past it is answered 429 rate.limited at once.
+const MaxLongPollsPerConnection = limits.DefaultLongPolls
+
+// Config wires the HTTP API to the rest of the server.
+type Config struct {
+	Service  *bus.Service
+	Tokens   *auth.TokenService
+	Signer   *auth.Signer
+	Checker  *auth.Checker
+	Limiter  limits.Limiter
+	Tiers    limits.Tiers
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // nil: a fresh one
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	svc     *bus.Service
+	log     *slog.Logger
+	mux     *http.ServeMux
+	polls   *limits.LongPollGate
+	metrics *metrics
+	reg     *prometheus.Registry
+}
+
+// New builds the HTTP API.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, svc: cfg.Service, log: cfg.Logger, mux: http.NewServeMux(), polls: &limits.LongPollGate{}, reg: cfg.Registry}
+	s.metrics = newMetrics(cfg.Registry)
+	s.routes()
+	return s
+}
+
+func (s *Server) handle(pattern string, h handlerFunc) {
+	s.mux.Handle(pattern, s.metrics.instrument(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})))
+}
+
+func (s *Server) routes() {
+	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) error {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	})
+	s.handle("GET /readyz", func(w http.ResponseWriter, r *http.Request) error {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.svc.Store().Ping(ctx); err != nil {
+			s.log.WarnContext(ctx, "store unreachable", "err", err)
+			return &bus.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
+				Violations: []bus.Violation{{Rule: "store.unavailable", Message: "The store cannot be reached."}}}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("GET /v1/openapi.json", openapi.Handler())
+
+	s.handle("POST /v1/oauth/token", s.token)
+	s.handle("GET /v1/oauth/jwks", s.jwks)
+
+	s.handle("POST /v1/tenants/{t}/messages", s.publish)
+	s.handle("POST /v1/tenants/{t}/messages/batch", s.publishBatch)
+	s.handle("GET /v1/tenants/{t}/consumers/{c}/messages", s.receive)
+	s.handle("POST /v1/tenants/{t}/consumers/{c}/ack", s.ack)
+	s.handle("POST /v1/tenants/{t}/consumers/{c}/nack", s.nack)
+	s.handle("GET /v1/tenants/{t}/consumers/{c}/skills", s.skills)
+
+	s.manageRoutes()
+}
+
+// ServeHTTP serves the API; unknown routes and wrong methods get the usual
+// refusal body.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.ErrorContext(r.Context(), "panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, r, s.log, &bus.Error{Status: 500, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}})
+		}
+	}()
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		// The mux answers 404 or 405 here; learn which (and the Allow header)
+		// without letting it write its plain-text body.
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.Header().Get("Allow"))
+			writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, rec.Header().Get("Allow")))
+			return
+		}
+		if rec.Code == http.StatusMovedPermanently || rec.Code == http.StatusTemporaryRedirect || rec.Code == http.StatusPermanentRedirect {
+			writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, rec.Header().Get("Location")))
+			return
+		}
+		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+		return
+	}
+	h.ServeHTTP(w, r)
+}

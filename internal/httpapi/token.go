@@ -1,0 +1,114 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// oauthError writes an RFC 6749 §5.2 error body.
+func oauthError(w http.ResponseWriter, status int, code, description string, retryAfter time.Duration) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Pragma", "no-cache")
+	if status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Basic realm="sombus"`)
+	}
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((retryAfter+time.Second-1)/time.Second), 10))
+	}
+	body := map[string]string{"error": code}
+	if description != "" {
+		body["error_description"] = description
+	}
+	writeJSON(w, status, body)
+}
+
+// token is POST /v1/oauth/token: client credentials by HTTP Basic or form
+// fields (RFC 6749 §2.3.1), never both.
+func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/x-www-form-urlencoded" {
+		oauthError(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
+		return nil
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limitToken)
+	if err := r.ParseForm(); err != nil {
+		oauthError(w, http.StatusBadRequest, "invalid_request", "The form body could not be read (at most 16 KiB).", 0)
+		return nil
+	}
+	form := r.PostForm
+	for k, v := range form {
+		if len(v) > 1 {
+			oauthError(w, http.StatusBadRequest, "invalid_request", "Parameter "+k+" is repeated.", 0)
+			return nil
+		}
+	}
+	gt := form.Get("grant_type")
+	if gt == "" {
+		oauthError(w, http.StatusBadRequest, "invalid_request", "grant_type is required.", 0)
+		return nil
+	}
+	if gt != "client_credentials" {
+		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "Only grant_type=client_credentials is supported.", 0)
+		return nil
+	}
+	id, secret, basic := r.BasicAuth()
+	if basic {
+		// RFC 6749 §2.3.1: Basic credentials are form-urlencoded first.
+		if u, err := url.QueryUnescape(id); err == nil {
+			id = u
+		}
+		if u, err := url.QueryUnescape(secret); err == nil {
+			secret = u
+		}
+	}
+	_, formID := form["client_id"]
+	_, formSecret := form["client_secret"]
+	switch {
+	case basic && (formID || formSecret):
+		oauthError(w, http.StatusBadRequest, "invalid_request", "Authenticate with HTTP Basic or with form fields, not both.", 0)
+		return nil
+	case !basic:
+		id, secret = form.Get("client_id"), form.Get("client_secret")
+		if id == "" {
+			oauthError(w, http.StatusUnauthorized, "invalid_client", "Client authentication is required.", 0)
+			return nil
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	resp, oerr := s.cfg.Tokens.Exchange(r.Context(), id, secret, host)
+	if oerr != nil {
+		if oerr.Err != nil {
+			s.log.ErrorContext(r.Context(), "token exchange", "err", oerr.Err)
+		}
+		oauthError(w, oerr.Status, oerr.Code, "", oerr.RetryAfter)
+		return nil
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Pragma", "no-cache")
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// jwks is GET /v1/oauth/jwks: the public keys that verify access tokens.
+func (s *Server) jwks(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.cfg.Signer.JWKS()
+	if err != nil {
+		return err
+	}
+	if !json.Valid(b) {
+		return errInvalidJWKS
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(b)
+	return nil
+}

@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sombus/sombus/internal/auth"
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/limits"
+)
+
+// bearer returns the bearer token of a request ("" when there is none).
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// admit checks the token of a workspace route and takes one request from
+// the connection's allowance, writing the RateLimit headers.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, role bus.ConnectionKind, clientID string) (*auth.Claims, error) {
+	claims, err := s.cfg.Checker.Check(r.Context(), bearer(r), role, r.PathValue("t"), clientID)
+	if err != nil {
+		return nil, err
+	}
+	tierName, err := s.cfg.Checker.QuotaTier(r.Context(), claims.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	tier, ok := s.cfg.Tiers.Get(tierName)
+	if !ok {
+		// A tier removed from the configuration falls back to standard.
+		tier, _ = s.cfg.Tiers.Get("standard")
+	}
+	d, err := s.cfg.Limiter.Allow(r.Context(), claims.ClientID, tier, s.svc.Clock().Now())
+	if err != nil {
+		return nil, fmt.Errorf("rate limit: %w", err)
+	}
+	d.SetHeaders(w.Header())
+	if !d.Allowed {
+		return nil, d.Err()
+	}
+	return claims, nil
+}
+
+// publish is POST /v1/tenants/{t}/messages.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
+	claims, err := s.admit(w, r, bus.KindProducer, "")
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r, bodyOptions{limit: limitPublish, rule: bus.RuleEnvelopeMalformed, tooLargeRule: bus.RuleEnvelopeTooLarge})
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Publish(r.Context(), claims.Tenant, claims.ClientID, [][]byte{body})
+	if err != nil {
+		return err
+	}
+	if !res[0].Accepted {
+		return &bus.Error{Status: http.StatusBadRequest, Violations: res[0].Violations}
+	}
+	writeJSON(w, http.StatusAccepted, res[0])
+	return nil
+}
+
+// publishBatch is POST /v1/tenants/{t}/messages/batch.
+func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
+	claims, err := s.admit(w, r, bus.KindProducer, "")
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r, bodyOptions{limit: limitBatch, rule: bus.RuleEnvelopeMalformed, tooLargeRule: bus.RuleEnvelopeTooLarge})
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := decodeStrict(body, &req, bus.RuleEnvelopeMalformed); err != nil {
+		return err
+	}
+	if len(req.Messages) < 1 || len(req.Messages) > 100 {
+		return bus.Errorf(bus.RuleEnvelopeMalformed, "messages must hold 1 to 100 envelopes (got %d).", len(req.Messages))
+	}
+	envs := make([][]byte, len(req.Messages))
+	for i, m := range req.Messages {
+		envs[i] = m
+	}
+	res, err := s.svc.Publish(r.Context(), claims.Tenant, claims.ClientID, envs)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": res})
+	return nil
+}
+
+var (
+	digits      = regexp.MustCompile(`^[0-9]{1,9}$`)
+	attemptText = regexp.MustCompile(`^[!-~]{1,128}$`)
+)
+
+// intParam reads an integer query parameter within [lo, hi].
+func intParam(q map[string][]string, name string, def, lo, hi int) (int, error) {
+	v, ok := q[name]
+	if !ok {
+		return def, nil
+	}
+	if len(v) != 1 || !digits.MatchString(v[0]) {
+		return 0, bus.Errorf(bus.RulePullBadRequest, "%s must be an integer between %d and %d.", name, lo, hi)
+	}
+	n, _ := strconv.Atoi(v[0])
+	if n < lo || n > hi {
+		return 0, bus.Errorf(bus.RulePullBadRequest, "%s must be an integer between %d and %d (got %d).", name, lo, hi, n)
+	}
+	return n, nil
+}
+
+// receive is GET /v1/tenants/{t}/consumers/{c}/messages.
+func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
+	queueID := r.PathValue("c")
+	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "max", "wait", "visibility", "attempt":
+		default:
+			return bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; the parameters are max, wait, visibility and attempt.", k)
+		}
+	}
+	maxN, err := intParam(q, "max", 10, 1, 10)
+	if err != nil {
+		return err
+	}
+	wait, err := intParam(q, "wait", 20, 0, 20)
+	if err != nil {
+		return err
+	}
+	vis, err := intParam(q, "visibility", 60, 0, 43200)
+	if err != nil {
+		return err
+	}
+	attempt := ""
+	if v, ok := q["attempt"]; ok {
+		if len(v) != 1 || !attemptText.MatchString(v[0]) {
+			return bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
+		}
+		attempt = v[0]
+	}
+	if wait > 0 {
+		release, ok := s.polls.Acquire(queueID, MaxLongPollsPerConnection)
+		if !ok {
+			return limits.LongPollRefusal(MaxLongPollsPerConnection)
+		}
+		defer release()
+	}
+	ds, err := s.svc.Receive(r.Context(), bus.ReceiveRequest{
+		QueueID: queueID, Max: maxN, Wait: time.Duration(wait) * time.Second,
+		Visibility: time.Duration(vis) * time.Second, AttemptID: attempt,
+	})
+	if err != nil {
+		return err
+	}
+	body := s.encodeMessages(ds)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, werr := w.Write(body)
+	if werr == nil {
+		werr = http.NewResponseController(w).Flush()
+	}
+	if werr != nil && len(ds) > 0 {
+		// The answer could not be written: give the messages back at once.
+		s.log.WarnContext(r.Context(), "receive answer lost; releasing", "queue_id", queueID, "messages", len(ds), "err", werr)
+		s.svc.Release(queueID, ds)
+	}
+	return nil
+}
+
+// wireMessage is a received message without its envelope, which is spliced
+// in as the accepted bytes.
+type wireMessage struct {
+	ReceiptHandle string `json:"receipt_handle"`
+	MessageType   string `json:"message_type"`
+	CorrelationID string `json:"correlation_id"`
+	Topic         string `json:"topic"`
+	ProducerID    string `json:"producer_id"`
+	ReceiveCount  int    `json:"receive_count"`
+	EnqueuedAt    string `json:"enqueued_at"`
+}
+
+// encodeMessages writes {"messages":[…]} with each envelope exactly as it
+// was accepted (encoding/json would re-format it).
+func (s *Server) encodeMessages(ds []bus.Delivery) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"messages":[`)
+	for i, d := range ds {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		m, _ := json.Marshal(wireMessage{
+			ReceiptHandle: s.svc.EncodeHandle(d.Handle), MessageType: d.MessageType, CorrelationID: d.CorrelationID,
+			Topic: d.Topic, ProducerID: d.ProducerID, ReceiveCount: d.ReceiveCount, EnqueuedAt: formatTime(d.EnqueuedAt),
+		})
+		b.Write(m[:len(m)-1]) // drop the closing brace
+		b.WriteString(`,"envelope":`)
+		b.Write(d.Envelope)
+		b.WriteByte('}')
+	}
+	b.WriteString("]}\n")
+	return b.Bytes()
+}
+
+// formatTime is RFC 3339 UTC with milliseconds.
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// settleRequest is the body of ack and nack.
+type settleRequest struct {
+	ReceiptHandles []string `json:"receipt_handles"`
+	DelaySeconds   *int     `json:"delay_seconds"`
+}
+
+func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
+	var req settleRequest
+	body, err := readBody(r, bodyOptions{limit: limitSettle, rule: bus.RulePullBadRequest})
+	if err != nil {
+		return req, err
+	}
+	if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
+		return req, err
+	}
+	if req.DelaySeconds != nil && !nack {
+		return req, bus.Errorf(bus.RulePullBadRequest, "Unknown field \"delay_seconds\": only nack takes it.")
+	}
+	n := len(req.ReceiptHandles)
+	if n < 1 || n > 10 {
+		return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles must hold 1 to 10 receipt handles (got %d).", n)
+	}
+	seen := make(map[string]bool, n)
+	for i, h := range req.ReceiptHandles {
+		if seen[h] {
+			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] repeats an earlier handle; handles must be distinct.", i)
+		}
+		seen[h] = true
+	}
+	if req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > 43200) {
+		return req, bus.Errorf(bus.RulePullBadRequest, "delay_seconds must be an integer between 0 and 43200 (got %d).", *req.DelaySeconds)
+	}
+	return req, nil
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, nack bool) error {
+	queueID := r.PathValue("c")
+	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
+		return err
+	}
+	req, err := s.readSettle(r, nack)
+	if err != nil {
+		return err
+	}
+	var delay time.Duration
+	if req.DelaySeconds != nil {
+		delay = time.Duration(*req.DelaySeconds) * time.Second
+	}
+	res, err := s.svc.Settle(r.Context(), queueID, req.ReceiptHandles, nack, delay)
+	if err != nil {
+		return err
+	}
+	ok := []string{}
+	failed := []bus.HandleResult{}
+	for _, h := range res {
+		if h.OK {
+			ok = append(ok, h.ReceiptHandle)
+		} else {
+			failed = append(failed, h)
+		}
+	}
+	key := "acked"
+	if nack {
+		key = "nacked"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{key: ok, "failed": failed})
+	return nil
+}
+
+// ack is POST /v1/tenants/{t}/consumers/{c}/ack.
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) error { return s.settle(w, r, false) }
+
+// nack is POST /v1/tenants/{t}/consumers/{c}/nack.
+func (s *Server) nack(w http.ResponseWriter, r *http.Request) error { return s.settle(w, r, true) }
+
+// skills is GET /v1/tenants/{t}/consumers/{c}/skills.
+func (s *Server) skills(w http.ResponseWriter, r *http.Request) error {
+	queueID := r.PathValue("c")
+	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
+		return err
+	}
+	for k := range r.URL.Query() {
+		return bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; this route takes no parameters.", k)
+	}
+	sk, err := s.svc.ConsumerSkills(r.Context(), queueID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sk)
+	return nil
+}

@@ -1,0 +1,263 @@
+// Package server assembles a sombus node: the store, the bus, auth, limits
+// and the HTTP API, listening on one address. cmd/sombus and end-to-end
+// tests both start nodes through it.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sombus/sombus/internal/auth"
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/httpapi"
+	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/sqlite"
+)
+
+// Config is everything a node needs; see API.md §9 for the flags.
+type Config struct {
+	Listen       string // address to serve on
+	Store        string // sqlite:PATH or postgres://…
+	Environment  string // the aud of tokens
+	PublicURL    string // base URL for iss and secret URLs; "" derives it from the listen address
+	TLSCert      string
+	TLSKey       string
+	BootstrapKey string // the first operator's API key ("" generates one)
+	TiersFile    string // JSON file of quota tiers ("" uses the built-ins)
+	Retention    time.Duration
+
+	Clock  bus.Clock    // nil: the system clock
+	Logger *slog.Logger // nil: discard
+	// Stdout receives the generated bootstrap key and the listen banner.
+	Stdout io.Writer
+	// CheckTTL is how long token checks trust a connection's state (default 10s).
+	CheckTTL time.Duration
+	// ShutdownGrace bounds how long Close waits for requests in flight.
+	ShutdownGrace time.Duration
+}
+
+// Server is a running node.
+type Server struct {
+	cfg      Config
+	store    bus.Store
+	svc      *bus.Service
+	api      *httpapi.Server
+	checker  *auth.Checker
+	http     *http.Server
+	ln       net.Listener
+	log      *slog.Logger
+	serveErr chan error
+	// URL is the base URL the node serves on.
+	URL string
+}
+
+// OpenStore opens the store a --store value names.
+func OpenStore(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error) {
+	switch {
+	case strings.HasPrefix(spec, "sqlite:"):
+		path := strings.TrimPrefix(spec, "sqlite:")
+		if path == "" {
+			return nil, errors.New("--store sqlite: needs a path, as in sqlite:./sombus.db")
+		}
+		return sqlite.Open(ctx, path, log)
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return postgres.Open(ctx, spec, log)
+	}
+	return nil, fmt.Errorf("--store must be sqlite:PATH or a postgres:// URL")
+}
+
+// New opens the store, prepares every part and starts listening.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = bus.SystemClock{}
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = io.Discard
+	}
+	if cfg.Environment == "" {
+		cfg.Environment = "sandbox"
+	}
+	if cfg.CheckTTL == 0 {
+		cfg.CheckTTL = auth.DefaultCheckTTL
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 25 * time.Second
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 4 * 24 * time.Hour
+	}
+	if cfg.Retention < time.Minute || cfg.Retention > 14*24*time.Hour {
+		return nil, fmt.Errorf("--retention must be between 1m and 336h (14 days), got %s", cfg.Retention)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	tiers := limits.DefaultTiers()
+	if cfg.TiersFile != "" {
+		var err error
+		if tiers, err = limits.LoadTiers(cfg.TiersFile); err != nil {
+			return nil, fmt.Errorf("load tiers: %w", err)
+		}
+	}
+	log := cfg.Logger
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	url := scheme + "://" + ln.Addr().String()
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = url
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+
+	s := &Server{cfg: cfg, ln: ln, log: log, URL: url, serveErr: make(chan error, 1)}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = ln.Close()
+			if s.store != nil {
+				_ = s.store.Close()
+			}
+		}
+	}()
+	s.store, err = OpenStore(ctx, cfg.Store, log)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	signer, err := auth.NewSigner(ctx, s.store, cfg.PublicURL, cfg.Environment, cfg.Clock, log)
+	if err != nil {
+		return nil, fmt.Errorf("signing keys: %w", err)
+	}
+	hkey, err := auth.LoadHandleKey(ctx, s.store)
+	if err != nil {
+		return nil, fmt.Errorf("handle key: %w", err)
+	}
+	codec, err := auth.NewHandleCodec(hkey)
+	if err != nil {
+		return nil, err
+	}
+	s.checker = auth.NewChecker(s.store, signer, cfg.Clock, cfg.CheckTTL)
+	s.svc = bus.NewService(bus.Config{
+		Store: s.store, Clock: cfg.Clock, Logger: log, Credentials: auth.Credentials{}, Handles: codec,
+		Tiers: tiers.Info, PublicURL: cfg.PublicURL, OnConnectionChange: s.checker.Invalidate,
+		Retention: cfg.Retention,
+	})
+	if err := s.bootstrap(ctx); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.api = httpapi.New(httpapi.Config{
+		Service: s.svc, Signer: signer, Checker: s.checker,
+		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, auth.NewMemoryFailureLimiter(cfg.Clock)),
+		Limiter: limits.NewMemory(limits.Options{}), Tiers: tiers, Logger: log, Registry: reg,
+	})
+	s.http = &http.Server{
+		Handler:           s.api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	s.svc.Start()
+	if cfg.TLSCert != "" {
+		// HTTP/2 is negotiated by ALPN; ServeTLS enables it by default.
+		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		go func() { s.serveErr <- s.http.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey) }()
+	} else {
+		go func() { s.serveErr <- s.http.Serve(ln) }()
+	}
+	ok = true
+	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", redactStore(cfg.Store), "environment", cfg.Environment)
+	fmt.Fprintf(cfg.Stdout, "sombus is listening on %s\n  API:     %s/v1\n  portal:  %s/portal/\n  OpenAPI: %s/v1/openapi.json\n", url, cfg.PublicURL, cfg.PublicURL, cfg.PublicURL)
+	return s, nil
+}
+
+// bootstrap creates the first operator when the store has no users.
+func (s *Server) bootstrap(ctx context.Context) error {
+	key, generated := s.cfg.BootstrapKey, false
+	if key == "" {
+		key, _ = auth.NewAPIKey()
+		generated = true
+	}
+	created, err := s.svc.Bootstrap(ctx, key)
+	if err != nil {
+		return fmt.Errorf("bootstrap operator: %w", err)
+	}
+	if created {
+		s.log.Info("created the first operator", "generated_key", generated)
+		if generated {
+			// Shown once, on standard output only (never in the log).
+			fmt.Fprintf(s.cfg.Stdout, "First operator created. API key (shown once, keep it safe):\n  %s\n", key)
+		}
+	}
+	return nil
+}
+
+// redactStore hides a password in a store URL for the log.
+func redactStore(spec string) string {
+	if i := strings.Index(spec, "://"); i >= 0 {
+		if j := strings.Index(spec[i+3:], "@"); j >= 0 {
+			creds := spec[i+3 : i+3+j]
+			if k := strings.Index(creds, ":"); k >= 0 {
+				return spec[:i+3] + creds[:k] + ":***" + spec[i+3+j:]
+			}
+		}
+	}
+	return spec
+}
+
+// Service returns the node's bus (tests use it to run maintenance now).
+func (s *Server) Service() *bus.Service { return s.svc }
+
+// Store returns the node's store.
+func (s *Server) Store() bus.Store { return s.store }
+
+// Handler returns the node's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.api }
+
+// Wait blocks until the server stops serving on its own (an error) or ctx ends.
+func (s *Server) Wait(ctx context.Context) error {
+	select {
+	case err := <-s.serveErr:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// Close shuts down gracefully: long polls answer empty at once, requests in
+// flight finish (up to ShutdownGrace), then the store closes.
+func (s *Server) Close() error {
+	s.svc.BeginShutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	err := s.http.Shutdown(ctx)
+	s.svc.Stop()
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	s.log.Info("sombus stopped")
+	return err
+}
