@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -21,10 +22,10 @@ var Overlaps = map[string]time.Duration{"24h": 24 * time.Hour, "3d": 72 * time.H
 
 // Limits of management fields.
 const (
-	MaxNameLength      = 200
+	MaxNameLength      = 128
 	MaxSubscriptions   = 100
 	MaxProducerFilters = 100
-	MaxRegistrations   = 1000
+	MaxRegistrations   = 100
 	MaxAuditPage       = 100
 	DefaultAuditPage   = 50
 )
@@ -113,9 +114,14 @@ func (s *Service) requireRole(ctx context.Context, a *Actor, workspaceID string,
 		return Errorf(RuleManageNotFound, "Workspace %s not found.", workspaceID)
 	}
 	role := a.Roles[workspaceID]
+	if role == "" && a.User.Operator {
+		// Operators run the installation: they may read every workspace.
+		role = RoleViewer
+	}
 	if !role.AtLeast(min) {
 		if role == "" {
-			return Errorf(RuleManageForbidden, "You are not a member of workspace %s.", workspaceID)
+			// Not revealing whether a workspace exists to non-members.
+			return Errorf(RuleManageNotFound, "Workspace %s not found.", workspaceID)
 		}
 		return Errorf(RuleManageForbidden, "This needs the %s role or above in workspace %s; you are %s.", min, workspaceID, role)
 	}
@@ -143,18 +149,24 @@ func checkName(field, v string) error {
 
 // Whoami answers the caller's user and roles.
 func (s *Service) Whoami(a *Actor) WhoamiView {
-	v := WhoamiView{User: a.User, Roles: []Member{}}
+	v := WhoamiView{User: a.User, Roles: []RoleView{}}
 	for ws, r := range a.Roles {
-		v.Roles = append(v.Roles, Member{WorkspaceID: ws, UserID: a.User.ID, Role: r})
+		v.Roles = append(v.Roles, RoleView{WorkspaceID: ws, Role: r})
 	}
-	sortMembers(v.Roles)
+	sort.Slice(v.Roles, func(i, j int) bool { return v.Roles[i].WorkspaceID < v.Roles[j].WorkspaceID })
 	return v
 }
 
 // WhoamiView is the answer of GET /v1/manage/whoami.
 type WhoamiView struct {
-	User  User     `json:"user"`
-	Roles []Member `json:"roles"`
+	User  User       `json:"user"`
+	Roles []RoleView `json:"roles"`
+}
+
+// RoleView is one of the caller's roles.
+type RoleView struct {
+	WorkspaceID string `json:"workspace_id"`
+	Role        Role   `json:"role"`
 }
 
 // CreateUserParams are the fields of POST /v1/manage/users.
@@ -195,7 +207,7 @@ func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) 
 // shown this once.
 type APIKeyView struct {
 	ID        string    `json:"id"`
-	UserID    string    `json:"user_id"`
+	UserID    string    `json:"-"`
 	APIKey    string    `json:"api_key"`
 	CreatedAt time.Time `json:"created_at"`
 }

@@ -239,7 +239,8 @@ func (s *Service) requireConsumer(ctx context.Context, a *Actor, workspaceID, id
 		return c, err
 	}
 	if c.Kind != KindConsumer {
-		return c, Errorf(RuleManageBadRequest, "Connection %s is a producer; this applies to consumer connections only.", id)
+		// A producer has no queue: its queue routes do not exist.
+		return c, Errorf(RuleManageNotFound, "Connection %s is a producer: it has no queue, dead letters or skills.", id)
 	}
 	return c, nil
 }
@@ -344,8 +345,8 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 	}
 	details := map[string]any{"all": ids == nil}
 	if ids != nil {
-		if len(ids) == 0 || len(ids) > 1000 {
-			return 0, Errorf(RuleManageBadRequest, "message_ids must hold 1 to 1000 ids, or be left out to redrive all.")
+		if len(ids) == 0 || len(ids) > 100 {
+			return 0, Errorf(RuleManageBadRequest, "message_ids must hold 1 to 100 ids, or be left out to redrive all.")
 		}
 		details["message_ids"] = len(ids)
 	}

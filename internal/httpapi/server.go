@@ -23,7 +23,7 @@ const (
 	limitPublish = 256 << 10
 	limitBatch   = 1 << 20
 	limitManage  = 1 << 20
-	limitToken   = 16 << 10
+	limitToken   = 64 << 10
 )
 
 // MaxLongPollsPerConnection bounds the concurrent long polls of one
@@ -137,5 +137,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
 		return
 	}
-	h.ServeHTTP(w, r)
+	// The mux itself dispatches, so that r.PathValue works in handlers
+	// (Handler above does not set path values).
+	s.mux.ServeHTTP(w, r)
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"mime"
 	"net"
 	"net/http"
@@ -38,7 +39,12 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limitToken)
 	if err := r.ParseForm(); err != nil {
-		oauthError(w, http.StatusBadRequest, "invalid_request", "The form body could not be read (at most 16 KiB).", 0)
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			oauthError(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
+			return nil
+		}
+		oauthError(w, http.StatusBadRequest, "invalid_request", "The form body could not be read.", 0)
 		return nil
 	}
 	form := r.PostForm

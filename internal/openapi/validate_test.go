@@ -141,7 +141,7 @@ var good = []answer{
 	{"skills never put", "GET", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/skills", 200, jsonOnly,
 		`{"registrations":[],"updated_at":null}`},
 	{"usage", "GET", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/usage", 200, jsonOnly,
-		`{"tier":"standard","day":"2026-09-25","requests_today":12,"remaining":99988}`},
+		`{"connection_id":"` + cons + `","tier":"standard","day":"2026-09-25","requests_today":12,"daily_quota":100000,"remaining":99988,"resets_at":"2026-09-26T00:00:00.000Z"}`},
 	{"audit", "GET", "/v1/manage/workspaces/" + ws + "/audit", 200, jsonOnly,
 		`{"entries":[{"id":"a1","at":"2026-09-25T10:00:00.000Z","actor":"` + usr + `","action":"secret.rotate","target":"` + cons + `","details":{"overlap":"24h"}}],"next_cursor":null}`},
 	{"manage store down", "GET", "/v1/manage/workspaces", 503, with(jsonOnly, "Retry-After", "1"),
@@ -198,7 +198,7 @@ var bad = []struct {
 	{answer{"ack with bad code", "POST", "/v1/tenants/" + ws + "/consumers/" + cons + "/ack", 200, rlHeaders,
 		`{"acked":[],"failed":[{"receipt_handle":"x","code":"Nope","message":"m"}]}`}, "code"},
 	{answer{"usage missing remaining", "GET", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/usage", 200, jsonOnly,
-		`{"tier":"standard","day":"2026-09-25","requests_today":12}`}, "remaining"},
+		`{"connection_id":"` + cons + `","tier":"standard","day":"2026-09-25","requests_today":12,"daily_quota":100000,"resets_at":"2026-09-26T00:00:00.000Z"}`}, "remaining"},
 }
 
 func (a answer) exchange() (*http.Request, *http.Response, []byte) {

@@ -375,11 +375,14 @@ func schemas() obj {
 				"entries", array(ref("AuditEntry"), "").with("maxItems", 100),
 				"next_cursor", cursor(),
 			)),
-		"Usage", closed("Decision: a connection's quota usage for the current UTC day.", []string{"tier", "day", "requests_today", "remaining"}, o(
+		"Usage", closed("Decision: a connection's quota usage for the current UTC day.", []string{"connection_id", "tier", "day", "requests_today", "daily_quota", "remaining", "resets_at"}, o(
+			"connection_id", id("c", "The connection."),
 			"tier", str("The connection's quota tier."),
 			"day", o("type", "string", "format", "date", "description", "The current UTC day, `YYYY-MM-DD`."),
 			"requests_today", integer(0, nil, "Requests counted on the connection's workspace routes this UTC day."),
-			"remaining", integer(0, nil, "Requests left today under the tier's daily quota (never below 0)."),
+			"daily_quota", o("type", []string{"integer", "null"}, "minimum", 0, "description", "The tier's daily quota; null when the tier has none (unlimited)."),
+			"remaining", o("type", []string{"integer", "null"}, "minimum", 0, "description", "Requests left today under the tier's daily quota (never below 0); null when the tier has no daily quota."),
+			"resets_at", timeField("When the count starts again: the next midnight UTC."),
 		)),
 		"Health", closed("", []string{"status"}, o("status", o("const", "ok"))),
 	)
