@@ -268,7 +268,11 @@ func (s *Service) ListWorkspaces(ctx context.Context, a *Actor) ([]Workspace, er
 	var ws []Workspace
 	err := s.store.View(ctx, func(tx Tx) error {
 		var err error
-		ws, err = tx.WorkspaceList(a.User.ID)
+		member := a.User.ID
+		if a.User.Operator {
+			member = "" // operators see every workspace
+		}
+		ws, err = tx.WorkspaceList(member)
 		return err
 	})
 	if err != nil {
