@@ -48,7 +48,7 @@ func testRetention(e *env) {
 	}
 	e.wantStats(f.Q, at(90*time.Minute), bus.QueueStats{Ready: 3, OldestReadyAgeSeconds: 50 * 60})
 	// a3 is story a's head, visible since its enqueued_at.
-	ds := e.receive(f.Q, 10, time.Minute, at(90*time.Minute))
+	ds := e.receive(f.Q, 10, time.Hour, at(90*time.Minute))
 	wantIDs(e.t, ds, "a3", "c1", "d1")
 	for _, d := range ds {
 		if d.ReceiveCount != 1 {

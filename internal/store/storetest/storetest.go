@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,16 +78,30 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 	}
 }
 
-// Logger returns a logger that writes to t.Log, for stores under test.
+// Logger returns a logger that writes to t.Log until the test ends (lines
+// logged after that, by a store closing in a cleanup, are dropped).
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t testing.TB }
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
 }
 
