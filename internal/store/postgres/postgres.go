@@ -184,7 +184,8 @@ func isRetryable(err error) bool {
 // interpretError maps driver errors onto the bus sentinels, once, so that
 // nothing above the store sees a pgx type: no rows -> bus.ErrNotFound,
 // unique violation -> bus.ErrConflict, connection failures ->
-// bus.ErrUnavailable. Errors already mapped pass through unchanged.
+// bus.ErrUnavailable, other server errors -> their text alone. Errors that
+// are not the driver's pass through unchanged.
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -221,8 +222,9 @@ func interpretError(err error) error {
 		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
 		return fmt.Errorf("%w: %s", bus.ErrUnavailable, err.Error())
 	}
-	// Flatten: keep the words, drop the driver's types.
-	return errors.New(err.Error())
+	// Anything else is not the driver's (fn's own errors, our own
+	// messages): it passes unchanged, so callers can still match it.
+	return err
 }
 
 // ms converts a time to the stored unix milliseconds.

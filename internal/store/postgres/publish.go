@@ -91,21 +91,38 @@ func appendMessages(ctx context.Context, tx pgx.Tx, w *waker, now int64, msgs []
 		}
 		return refs[i].key < refs[j].key
 	})
-	qs, ks, ns := make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	// rank: the order in which the stories first appear in msgs. A story
+	// created here takes the rank-th id drawn below, so stories created by
+	// one call (which tie on visible_at) are offered in the order their
+	// first messages came, not in lock order.
+	rank := map[storyRef]int32{}
+	for _, m := range msgs {
+		if _, ok := rank[m.ref]; !ok {
+			rank[m.ref] = int32(len(rank) + 1)
+		}
+	}
+	qs, ks, ns, rs := make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs)), make([]int32, len(refs))
 	for i, r := range refs {
-		qs[i], ks[i], ns[i] = r.queue, r.key, counts[r]
+		qs[i], ks[i], ns[i], rs[i] = r.queue, r.key, counts[r], rank[r]
 	}
 	// The upsert waits on the row lock of an existing story (a concurrent
 	// publisher, receiver or settler), so sequences follow commit order.
 	// ORDER BY ord makes the rows, and so the locks, go in sorted order.
 	// xmax = 0 holds only for a row this statement inserted.
-	rows, err := tx.Query(ctx, `INSERT INTO stories AS s
-			(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-		SELECT t.q, t.k, 1, t.n, $4, 0, 0, false
-		FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS t(q, k, n, ord)
+	// The ids are drawn in rank order first (MATERIALIZED: once, before
+	// the insert); an id drawn for a story that exists is simply unused.
+	rows, err := tx.Query(ctx, `WITH ids AS MATERIALIZED (
+			SELECT r, nextval(pg_get_serial_sequence('stories', 'id')) AS id
+			FROM generate_series(1, $5::int) AS r ORDER BY r
+		)
+		INSERT INTO stories AS s
+			(id, queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
+		SELECT ids.id, t.q, t.k, 1, t.n, $4, 0, 0, false
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $6::int[]) WITH ORDINALITY AS t(q, k, n, rank, ord)
+		JOIN ids ON ids.r = t.rank
 		ORDER BY t.ord
 		ON CONFLICT (queue_id, story_key) DO UPDATE SET tail_seq = s.tail_seq + EXCLUDED.tail_seq
-		RETURNING s.id, s.queue_id, s.story_key, s.tail_seq, (s.xmax = 0) AS created`, qs, ks, ns, now)
+		RETURNING s.id, s.queue_id, s.story_key, s.tail_seq, (s.xmax = 0) AS created`, qs, ks, ns, now, len(refs), rs)
 	if err != nil {
 		return fmt.Errorf("story upsert: %w", err)
 	}
