@@ -232,3 +232,34 @@ func testMessage(id, story string) bus.PublishMessage {
 	return bus.PublishMessage{MessageID: id, MessageType: "t.x", Topic: bus.TopicOf("t.x"), CorrelationID: story,
 		Envelope: []byte(`{"message_id":"` + id + `"}`)}
 }
+
+func TestListenReconnects(t *testing.T) {
+	t.Parallel()
+	url := TestURL(t)
+	// A name of its own, so that only this test's listener is cut off.
+	app := "sombus_listen_" + strings.ToLower(bus.NewID(""))[:12]
+	a := openURL(t, url+"&application_name="+app)
+	b := openURL(t, url)
+	heard := listen(t, a)
+	q := bus.NewID(bus.PrefixConnection)
+	notify := func() {
+		if err := b.NotifyReady(t.Context(), []string{q}); err != nil {
+			t.Errorf("NotifyReady: %v", err)
+		}
+	}
+	waitFor(t, heard, q, notify)
+
+	// Cut the listening connection as a failover or a restart would.
+	var n int
+	if err := b.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE 'LISTEN%'`, app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("terminated %d listening connections, want 1", n)
+	}
+	for len(heard) > 0 {
+		<-heard
+	}
+	waitFor(t, heard, q, notify)
+}

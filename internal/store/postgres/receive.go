@@ -90,7 +90,10 @@ func receive(ctx context.Context, tx pgx.Tx, w *waker, p *bus.ReceiveParams) (*b
 	// before the locks, see PostgreSQL bug #15715 for the IN form), then
 	// start a delivery on each with a nonce from nonces[n]. Exhausted
 	// stories that were locked during the move above are left alone.
-	max := max(p.Max, 0)
+	// maxClaim bounds the nonces drawn per receive (the bus allows far
+	// fewer messages per receive).
+	const maxClaim = 10_000
+	max := min(max(p.Max, 0), maxClaim)
 	nonces := make([]int64, max)
 	for i := range nonces {
 		nonces[i] = newNonce()
