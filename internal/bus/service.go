@@ -177,17 +177,11 @@ func (s *Service) Stop() {
 	s.bgDone.Wait()
 }
 
-// wake tells this node's waiters and the other nodes that queues have ready
-// messages.
-func (s *Service) wake(ctx context.Context, queueIDs []string) {
-	if len(queueIDs) == 0 {
-		return
-	}
+// wake tells this node's waiters that queues have ready messages. Stores
+// shared by several nodes tell the other nodes themselves, in the
+// transaction of the change (see Store.Listen).
+func (s *Service) wake(_ context.Context, queueIDs []string) {
 	for _, q := range queueIDs {
 		s.notifier.Notify(q)
-	}
-	if err := s.store.NotifyReady(ctx, queueIDs); err != nil {
-		// Other nodes still find the message by their fallback poll.
-		s.log.Warn("notify other nodes", "err", err)
 	}
 }

@@ -48,10 +48,15 @@ type Store interface {
 	Maintain(ctx context.Context, p *MaintainParams) (*MaintainResult, error)
 
 	// Listen calls fn with a queue id whenever another node made a message
-	// of that queue ready, until ctx ends. Stores of one node return at once
-	// with nil: their node wakes its own waiters.
+	// of that queue ready, until ctx ends. A store shared by several nodes
+	// sends that notification itself, in the transaction of every change
+	// that makes a story ready (publish, ack, nack, dead-letter move,
+	// redrive, maintenance), so callers never have to. The SQLite store
+	// (one node) blocks until ctx ends: its node wakes its own waiters from
+	// the Woken/QueueIDs results.
 	Listen(ctx context.Context, fn func(queueID string)) error
-	// NotifyReady tells other nodes that these queues have ready messages.
+	// NotifyReady tells other nodes that these queues have ready messages
+	// (for callers outside the store's own operations; a no-op on SQLite).
 	NotifyReady(ctx context.Context, queueIDs []string) error
 
 	// Ping checks that the store is reachable.
@@ -197,7 +202,8 @@ type RedriveParams struct {
 	Audit      AuditEntry
 }
 
-// MaintainParams configures one round of background work.
+// MaintainParams configures one round of background work. A zero duration
+// turns its part off.
 type MaintainParams struct {
 	Now                 time.Time
 	Retention           time.Duration // messages not acknowledged within it are dropped
