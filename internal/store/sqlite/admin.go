@@ -206,7 +206,8 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 		var wokeQ []string
 		err := s.w.do(ctx, func(d *dbq) error {
 			moved, wokeQ = 0, nil
-			rows, err := d.query(`SELECT s.id, s.queue_id, s.head_seq, s.receive_count FROM stories s
+			// A scan of the partial index stories_received: received stories only.
+			rows, err := d.query(`SELECT s.id, s.queue_id, s.head_seq, s.receive_count FROM stories s INDEXED BY stories_received
 				JOIN connections c ON c.id = s.queue_id
 				WHERE s.receive_count > 0 AND s.visible_at <= ? AND s.receive_count >= c.attempt_limit
 				ORDER BY s.visible_at, s.id LIMIT ?`, now, maintainChunk)

@@ -172,8 +172,10 @@ func attemptLimit(d *dbq, queueID string) (int, error) {
 // reached the attempt limit (receive step 2) and reports whether a story
 // advanced to a next head.
 func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (bool, error) {
-	// "receive_count > 0" lets SQLite use the partial index stories_received.
-	rows, err := d.query(`SELECT id, head_seq, receive_count FROM stories
+	// The partial index stories_received holds only received stories; the
+	// planner, not knowing how few, would pick stories_claim and walk every
+	// ready story of the queue. "receive_count > 0" makes the index usable.
+	rows, err := d.query(`SELECT id, head_seq, receive_count FROM stories INDEXED BY stories_received
 		WHERE receive_count > 0 AND visible_at <= ? AND queue_id = ? AND receive_count >= ?
 		ORDER BY visible_at, id`, now, queueID, limit)
 	if err != nil {

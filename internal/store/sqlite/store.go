@@ -21,11 +21,11 @@ import (
 
 // Store is the SQLite implementation of bus.Store.
 type Store struct {
-	path  string
-	log   *slog.Logger
-	wdb   *sql.DB // one connection, owned by w
-	w     *writer
-	rdb   *sql.DB // read-only pool
+	path string
+	log  *slog.Logger
+	wdb  *sql.DB // one connection, owned by w
+	w    *writer
+	rdb  *sql.DB // read-only pool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -89,6 +89,10 @@ func dsn(path string, pragmas ...[]string) string {
 // refuses a database whose schema is newer than this binary knows. logger
 // may be nil.
 func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
+	return open(ctx, path, logger, defaultWAL)
+}
+
+func open(ctx context.Context, path string, logger *slog.Logger, wal walPolicy) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,7 +154,7 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 	}
 
 	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb}
-	s.w = newWriter(wconn, path+"-wal", logger)
+	s.w = newWriter(wconn, path+"-wal", wal, logger)
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -452,4 +453,61 @@ func TestCloseFinishesPendingAndRefusesLater(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
+}
+
+func TestWALIsCheckpointedAndTruncated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "wal.db")
+	// Look every 10ms; anything past 64 KiB is too big.
+	s, err := open(ctx, path, testLogger(t), walPolicy{every: 10 * time.Millisecond, limitBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ws, prod, _ := setupQueue(t, s, 5)
+	big := make([]byte, 64<<10)
+	for i := range 20 { // about 1.3 MB into the WAL
+		m := msg(fmt.Sprint("m", i), "s")
+		m.Envelope = big
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: []bus.PublishMessage{m}, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() < 64<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL is still %d bytes", fi.Size())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Nothing was lost by the checkpoint.
+	st, err := s.QueueStats(ctx, mustConsumer(t, s, ws), t0)
+	if err != nil || st.Ready != 20 {
+		t.Fatalf("stats after checkpoint: %+v, %v; want 20 ready", st, err)
+	}
+}
+
+// mustConsumer returns the only consumer of a workspace.
+func mustConsumer(t *testing.T, s *Store, ws string) string {
+	t.Helper()
+	var id string
+	err := s.View(context.Background(), func(tx bus.Tx) error {
+		cs, err := tx.ConnectionList(ws, bus.KindConsumer)
+		if err == nil && len(cs) == 1 {
+			id = cs[0].ID
+		}
+		return err
+	})
+	if err != nil || id == "" {
+		t.Fatalf("consumer of %s: %v", ws, err)
+	}
+	return id
 }

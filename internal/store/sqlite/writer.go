@@ -55,8 +55,18 @@ type op struct {
 	attempts int
 }
 
+// walPolicy says when the writer checkpoints (tests shrink it).
+type walPolicy struct {
+	every      time.Duration // how often to look at the WAL's size
+	limitBytes int64         // truncate the WAL once it is this big
+}
+
+// defaultWAL is the production policy.
+var defaultWAL = walPolicy{every: checkpointEvery, limitBytes: walTruncateBytes}
+
 // writer owns the one write connection and commits operations in groups.
 type writer struct {
+	wal     walPolicy
 	conn    *sql.Conn
 	stmts   *stmtCache
 	walPath string
@@ -67,8 +77,9 @@ type writer struct {
 	stopped chan struct{} // closed when the loop has returned
 }
 
-func newWriter(conn *sql.Conn, walPath string, log *slog.Logger) *writer {
+func newWriter(conn *sql.Conn, walPath string, wal walPolicy, log *slog.Logger) *writer {
 	w := &writer{
+		wal:     wal,
 		conn:    conn,
 		stmts:   newStmtCache(conn),
 		walPath: walPath,
@@ -120,7 +131,7 @@ func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
 // loop is the writer goroutine.
 func (w *writer) loop() {
 	defer close(w.stopped)
-	tick := time.NewTicker(checkpointEvery)
+	tick := time.NewTicker(w.wal.every)
 	defer tick.Stop()
 	for {
 		select {
@@ -278,10 +289,10 @@ func (w *writer) exec(ctx context.Context, query string) (sql.Result, error) {
 	return st.ExecContext(ctx)
 }
 
-// maybeCheckpoint truncates the WAL once it grew past walTruncateBytes.
+// maybeCheckpoint truncates the WAL once it grew past the policy's limit.
 func (w *writer) maybeCheckpoint() {
 	fi, err := os.Stat(w.walPath)
-	if err != nil || fi.Size() < walTruncateBytes {
+	if err != nil || fi.Size() < w.wal.limitBytes {
 		return
 	}
 	w.checkpoint("TRUNCATE")
@@ -306,4 +317,3 @@ func (w *writer) stop() {
 	w.once.Do(func() { close(w.quit) })
 	<-w.stopped
 }
-

@@ -107,8 +107,9 @@ CREATE TABLE stories (
 -- The claim scan: visible stories of a queue, oldest visible_at first.
 CREATE INDEX stories_claim ON stories(queue_id, visible_at, id);
 -- Only stories received at least once can be dead-lettered; this partial
--- index keeps the dead-letter scans off the (many) never-received stories.
-CREATE INDEX stories_received ON stories(visible_at, queue_id) WHERE receive_count > 0;
+-- index keeps the dead-letter scans off the (many) never-received stories:
+-- it holds about as many rows as there are deliveries in flight.
+CREATE INDEX stories_received ON stories(queue_id, visible_at, id) WHERE receive_count > 0;
 
 CREATE TABLE messages (
     id             INTEGER PRIMARY KEY,
