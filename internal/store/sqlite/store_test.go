@@ -511,3 +511,65 @@ func mustConsumer(t *testing.T, s *Store, ws string) string {
 	}
 	return id
 }
+
+// TestAbandonedBatchRerunsTheOthers: when one operation loses the shared
+// transaction (here it ends it itself), it gets an error and the other
+// operations of its batch run again and commit.
+func TestAbandonedBatchRerunsTheOthers(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ctx := context.Background()
+	// Hold the writer inside an operation so that the next ones queue up
+	// and form one batch.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = s.w.do(ctx, func(d *dbq) error { close(held); <-hold; return nil })
+	}()
+	<-held
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	var queued sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		queued.Add(1)
+		go func() {
+			defer wg.Done()
+			queued.Done()
+			if i == n/2 {
+				errs[i] = s.w.do(ctx, func(d *dbq) error {
+					_, err := d.exec("ROLLBACK") // the transaction is gone
+					return err
+				})
+				return
+			}
+			errs[i] = s.Update(ctx, func(tx bus.Tx) error {
+				return tx.WorkspaceCreate(bus.Workspace{ID: fmt.Sprintf("w%02d", i), Name: "x", CreatedAt: t0})
+			})
+		}()
+	}
+	queued.Wait()
+	for len(s.w.ops) < n { // every operation is waiting in the queue
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+	for i, err := range errs {
+		if i == n/2 {
+			if err == nil {
+				t.Errorf("the operation that ended the transaction got no error")
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("op %d: %v", i, err)
+		}
+	}
+	var got []bus.Workspace
+	if err := s.View(ctx, func(tx bus.Tx) (err error) { got, err = tx.WorkspaceList(""); return }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n-1 {
+		t.Fatalf("%d workspaces committed, want %d", len(got), n-1)
+	}
+}
