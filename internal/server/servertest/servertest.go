@@ -33,6 +33,10 @@ type Options struct {
 	TiersFile string
 	// CheckTTL overrides the token checks' cache time.
 	CheckTTL time.Duration
+	// Logs, when set, receives every log line of the node, debug level and
+	// up, instead of t.Log (tests that look for what must never be logged).
+	// It must be safe for concurrent use.
+	Logs io.Writer
 }
 
 // Node is a running test node.
@@ -64,6 +68,9 @@ func Start(t testing.TB, o Options) *Node {
 		o.Clock = bus.NewManualClock(time.Date(2026, 9, 25, 10, 15, 2, 114e6, time.UTC))
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if o.Logs != nil {
+		logger = slog.New(slog.NewTextHandler(o.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	srv, err := server.New(context.Background(), server.Config{
 		Listen: "127.0.0.1:0", Store: o.Store, Environment: "sandbox", BootstrapKey: BootstrapKey,
 		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL,
