@@ -267,18 +267,24 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 
 	// 3. Claim visible stories, oldest visible_at first.
 	if p.Max > 0 {
-		rows, err := d.query(`SELECT id, head_seq, receive_count FROM stories
-			WHERE queue_id = ? AND visible_at <= ? ORDER BY visible_at, id LIMIT ?`, p.QueueID, now, p.Max)
+		// The head message comes with its story row: one statement for all.
+		rows, err := d.query(`SELECT s.id, s.head_seq, s.receive_count, m.message_id, m.message_type,
+				m.correlation_id, m.topic, m.producer_id, m.enqueued_at, m.envelope
+			FROM stories s JOIN messages m ON m.story_id = s.id AND m.seq = s.head_seq
+			WHERE s.queue_id = ? AND s.visible_at <= ? ORDER BY s.visible_at, s.id LIMIT ?`, p.QueueID, now, p.Max)
 		if err != nil {
 			return nil, interpretError(err)
 		}
 		for rows.Next() {
 			var del bus.Delivery
+			var enq int64
 			del.Handle.QueueID = p.QueueID
-			if err := rows.Scan(&del.Handle.StoryID, &del.Handle.Seq, &del.ReceiveCount); err != nil {
+			if err := rows.Scan(&del.Handle.StoryID, &del.Handle.Seq, &del.ReceiveCount, &del.MessageID, &del.MessageType,
+				&del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
 				rows.Close()
 				return nil, interpretError(err)
 			}
+			del.EnqueuedAt = fromMS(enq)
 			res.Deliveries = append(res.Deliveries, del)
 		}
 		rows.Close()
@@ -293,9 +299,6 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			if _, err := d.exec(`UPDATE stories SET receive_count = ?, nonce = ?, visible_at = ?, delayed = 0 WHERE id = ?`,
 				del.ReceiveCount, del.Handle.Nonce, visibleAt, del.Handle.StoryID); err != nil {
 				return nil, interpretError(err)
-			}
-			if err := readDelivery(d, del); err != nil {
-				return nil, fmt.Errorf("story %d head %d: %w", del.Handle.StoryID, del.Handle.Seq, err)
 			}
 		}
 	}
