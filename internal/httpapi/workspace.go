@@ -29,26 +29,47 @@ func bearer(r *http.Request) string {
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, role bus.ConnectionKind, clientID string) (*auth.Claims, error) {
 	claims, err := s.cfg.Checker.Check(r.Context(), bearer(r), role, r.PathValue("t"), clientID)
 	if err != nil {
+		if e, ok := bus.AsError(err); ok && e.Status == http.StatusForbidden {
+			// A 403 (a well-signed token on the wrong route, tenant or
+			// connection) still counts against the token's connection and,
+			// like every answer of a workspace route but 401 and 500, carries
+			// its RateLimit headers (OpenAPI decision 22). The 403 stands.
+			if c, verr := s.cfg.Signer.Verify(bearer(r)); verr == nil {
+				if _, lerr := s.allow(w, r, c.ClientID); lerr != nil {
+					s.log.WarnContext(r.Context(), "rate limit of a refused request", "err", lerr)
+				}
+			}
+		}
 		return nil, err
 	}
-	tierName, err := s.cfg.Checker.QuotaTier(r.Context(), claims.ClientID)
+	d, err := s.allow(w, r, claims.ClientID)
 	if err != nil {
 		return nil, err
+	}
+	if !d.Allowed {
+		return nil, d.Err()
+	}
+	return claims, nil
+}
+
+// allow takes one request from a connection's allowance and writes the
+// RateLimit headers.
+func (s *Server) allow(w http.ResponseWriter, r *http.Request, clientID string) (limits.Decision, error) {
+	tierName, err := s.cfg.Checker.QuotaTier(r.Context(), clientID)
+	if err != nil {
+		return limits.Decision{}, err
 	}
 	tier, ok := s.cfg.Tiers.Get(tierName)
 	if !ok {
 		// A tier removed from the configuration falls back to standard.
 		tier, _ = s.cfg.Tiers.Get("standard")
 	}
-	d, err := s.cfg.Limiter.Allow(r.Context(), claims.ClientID, tier, s.svc.Clock().Now())
+	d, err := s.cfg.Limiter.Allow(r.Context(), clientID, tier, s.svc.Clock().Now())
 	if err != nil {
-		return nil, fmt.Errorf("rate limit: %w", err)
+		return limits.Decision{}, fmt.Errorf("rate limit: %w", err)
 	}
 	d.SetHeaders(w.Header())
-	if !d.Allowed {
-		return nil, d.Err()
-	}
-	return claims, nil
+	return d, nil
 }
 
 // publish is POST /v1/tenants/{t}/messages.
