@@ -144,12 +144,12 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 		for rows.Next() {
 			var l letter
 			if err := rows.Scan(&l.id, &l.key); err != nil {
-				rows.Close()
+				_ = rows.Close()
 				return interpretError(err)
 			}
 			letters = append(letters, l)
 		}
-		rows.Close()
+		_ = rows.Close()
 		if err := rows.Err(); err != nil {
 			return interpretError(err)
 		}
@@ -223,12 +223,12 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			for rows.Next() {
 				var h head
 				if err := rows.Scan(&h.id, &h.queue, &h.seq, &h.count); err != nil {
-					rows.Close()
+					_ = rows.Close()
 					return interpretError(err)
 				}
 				heads = append(heads, h)
 			}
-			rows.Close()
+			_ = rows.Close()
 			if err := rows.Err(); err != nil {
 				return interpretError(err)
 			}
@@ -326,12 +326,12 @@ func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
 	for rows.Next() {
 		var g gone
 		if err := rows.Scan(&g.id, &g.story, &g.head, &g.queue); err != nil {
-			rows.Close()
+			_ = rows.Close()
 			return 0, nil, interpretError(err)
 		}
 		msgs = append(msgs, g)
 	}
-	rows.Close()
+	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, nil, interpretError(err)
 	}

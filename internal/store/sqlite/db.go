@@ -130,7 +130,7 @@ func interpretError(err error) error {
 		return fmt.Errorf("%s: %w", se.Error(), bus.ErrUnavailable)
 	}
 	// %v, not %w: the driver type stays inside the store.
-	return fmt.Errorf("sqlite: %v", se)
+	return fmt.Errorf("sqlite: %v", se) //nolint:errorlint // see above
 }
 
 // ms is how a time is stored: unix milliseconds.

@@ -54,16 +54,16 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 		var t target
 		var subs string
 		if err := rows.Scan(&t.id, &subs); err != nil {
-			rows.Close()
+			_ = rows.Close()
 			return nil, interpretError(err)
 		}
 		if err := json.Unmarshal([]byte(subs), &t.subs); err != nil {
-			rows.Close()
+			_ = rows.Close()
 			return nil, fmt.Errorf("connection %s: subscriptions: %w", t.id, err)
 		}
 		targets = append(targets, t)
 	}
-	rows.Close()
+	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
 	}
@@ -189,12 +189,12 @@ func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (bool, er
 	for rows.Next() {
 		var h head
 		if err := rows.Scan(&h.id, &h.seq, &h.count); err != nil {
-			rows.Close()
+			_ = rows.Close()
 			return false, interpretError(err)
 		}
 		heads = append(heads, h)
 	}
-	rows.Close()
+	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, interpretError(err)
 	}
@@ -281,13 +281,13 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			del.Handle.QueueID = p.QueueID
 			if err := rows.Scan(&del.Handle.StoryID, &del.Handle.Seq, &del.ReceiveCount, &del.MessageID, &del.MessageType,
 				&del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
-				rows.Close()
+				_ = rows.Close()
 				return nil, interpretError(err)
 			}
 			del.EnqueuedAt = fromMS(enq)
 			res.Deliveries = append(res.Deliveries, del)
 		}
-		rows.Close()
+		_ = rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, interpretError(err)
 		}

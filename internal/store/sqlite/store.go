@@ -124,7 +124,7 @@ func open(ctx context.Context, path string, logger *slog.Logger, wal walPolicy) 
 	if err := wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, "wal") {
 		_ = wconn.Close()
 		_ = wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s: WAL mode could not be set (journal_mode %q): %v", path, mode, interpretError(err))
+		return nil, fmt.Errorf("sqlite: open %s: WAL mode could not be set (journal_mode %q): %w", path, mode, interpretError(err))
 	}
 	from, to, err := migrate(ctx, wconn, ms)
 	if err != nil {

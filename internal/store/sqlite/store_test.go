@@ -215,7 +215,7 @@ func TestGroupCommitAnswersEachCaller(t *testing.T) {
 	}
 	for _, w := range got {
 		var i int
-		fmt.Sscanf(w.ID, "w%03d", &i)
+		_, _ = fmt.Sscanf(w.ID, "w%03d", &i)
 		if i%5 == 0 || i%3 == 0 {
 			t.Errorf("workspace %s of a failed op was committed", w.ID)
 		}

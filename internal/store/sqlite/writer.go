@@ -213,7 +213,7 @@ func (w *writer) runBatch(batch []*op) (again []*op) {
 		if _, err := w.exec(ctx, "SAVEPOINT op"); err != nil {
 			return w.abandon(live, i, fmt.Errorf("savepoint: %w", interpretError(err)))
 		}
-		o.err, o.panicked = runOp(o, d)
+		o.panicked, o.err = runOp(o, d)
 		if o.err == nil {
 			if _, err := w.exec(ctx, "RELEASE op"); err != nil {
 				return w.abandon(live, i, fmt.Errorf("release savepoint: %w", interpretError(err)))
@@ -271,13 +271,13 @@ func (w *writer) answerAll(ops []*op, err error) {
 
 // runOp runs one operation, turning a panic into an error for the
 // savepoint's sake and keeping the value to raise it in the caller.
-func runOp(o *op, d *dbq) (err error, panicked any) {
+func runOp(o *op, d *dbq) (panicked any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err, panicked = fmt.Errorf("panic in write operation: %v", r), r
+			panicked, err = r, fmt.Errorf("panic in write operation: %v", r)
 		}
 	}()
-	return o.run(d), nil
+	return nil, o.run(d)
 }
 
 // exec runs a statement of the transaction's frame through the cache.
