@@ -29,14 +29,12 @@ func below(r bus.Role) bus.Role {
 func TestManageRoles(t *testing.T) {
 	t.Parallel()
 	n := start(t)
-	ws := n.workspace(t, opKey, "roles")
 	other := n.workspace(t, opKey, "other")
 	otherConn := n.connection(t, other, "consumer", nil)
 	keys := map[bus.Role]string{}
+	userIDs := map[bus.Role]string{}
 	for _, r := range roles {
-		id, k := n.user(t, "user "+string(r), false)
-		n.member(t, ws, id, r)
-		keys[r] = k
+		userIDs[r], keys[r] = n.user(t, "user "+string(r), false)
 	}
 	_, outsider := n.user(t, "outsider", false)
 	keys[""] = outsider
@@ -82,6 +80,12 @@ func TestManageRoles(t *testing.T) {
 			name += " (producer)"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			// A workspace of its own, so that its audit log is the subtest's.
+			ws := n.workspace(t, opKey, "roles")
+			for _, r := range roles {
+				n.member(t, ws, userIDs[r], r)
+			}
 			kind := "consumer"
 			if rt.producer {
 				kind = "producer"
@@ -133,9 +137,11 @@ func TestManageRoles(t *testing.T) {
 			}
 		})
 	}
-	if got := len(n.auditLog(t, other)); got != 2 { // workspace.create, connection.create
-		t.Errorf("the other workspace's audit log has %d entries, want 2: %v", got, actions(n.auditLog(t, other)))
-	}
+	t.Cleanup(func() {
+		if got := len(n.auditLog(t, other)); got != 2 { // workspace.create, connection.create
+			t.Errorf("the other workspace's audit log has %d entries, want 2: %v", got, actions(n.auditLog(t, other)))
+		}
+	})
 }
 
 // TestOperatorRoutes: users, keys and workspaces are for operators.

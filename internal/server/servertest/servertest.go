@@ -37,6 +37,9 @@ type Options struct {
 	// up, instead of t.Log (tests that look for what must never be logged).
 	// It must be safe for concurrent use.
 	Logs io.Writer
+	// PublicURL is passed to --public-url (nodes sharing a store share it,
+	// so that each accepts the others' tokens); "" is the node's own URL.
+	PublicURL string
 }
 
 // Node is a running test node.
@@ -73,7 +76,7 @@ func Start(t testing.TB, o Options) *Node {
 	}
 	srv, err := server.New(context.Background(), server.Config{
 		Listen: "127.0.0.1:0", Store: o.Store, Environment: "sandbox", BootstrapKey: BootstrapKey,
-		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL,
+		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL, PublicURL: o.PublicURL,
 		ShutdownGrace: 5 * time.Second,
 	})
 	if err != nil {
