@@ -288,7 +288,13 @@ func (m *Manager) CreateUser(ctx context.Context, name, email string, operator b
 // shown once.
 func (m *Manager) CreateAPIKey(ctx context.Context, userID string) (*APIKey, error) {
 	var out APIKey
-	return &out, m.do(ctx, http.MethodPost, "/v1/manage/users/"+pathEscape(userID)+"/keys", nil, nil, &out)
+	if err := m.do(ctx, http.MethodPost, "/v1/manage/users/"+pathEscape(userID)+"/keys", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.UserID == "" {
+		out.UserID = userID // the answer need not repeat it
+	}
+	return &out, nil
 }
 
 // CreateWorkspace creates a workspace (operators only); the caller becomes

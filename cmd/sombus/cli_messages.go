@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sombus/sombus/client"
+)
+
+// batchBytes keeps a batch under the 1 MiB limit with room for the wrapper.
+const batchBytes = client.MaxBatchBytes - 4096
+
+func newPublishCommand() *cobra.Command {
+	o := &cliOptions{}
+	var file, msgType, correlationID, messageID, payload string
+	var progress bool
+	cmd := &cobra.Command{
+		Use:   "publish [ENVELOPE_JSON...] [-f FILE] [--type TYPE --correlation-id STORY [--payload JSON]]",
+		Short: "Publish envelopes as a producer connection",
+		Long: `Publish envelopes given as JSON arguments, read from a file of JSON lines
+(-f FILE, or -f - for standard input; sent in batches of up to 100, in order,
+with a progress bar on a terminal), or built from --type, --correlation-id and
+--payload. Each envelope's answer is printed; refused ones make the command fail.`,
+		Example: `  sombus publish --type story.context --correlation-id s-1 --payload '{"text":"hi"}'
+  sombus publish '{"som_version":"1.0.0","message_id":"m1","message_type":"story.context","correlation_id":"s-1","payload":{}}'
+  sombus publish -f envelopes.jsonl`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := o.clientConfig()
+			if err != nil {
+				return err
+			}
+			p, err := client.NewProducer(cfg)
+			if err != nil {
+				return err
+			}
+			var envs []json.RawMessage
+			if msgType != "" || correlationID != "" {
+				e := client.Envelope{MessageID: messageID, MessageType: msgType, CorrelationID: correlationID}
+				if payload != "" {
+					if !json.Valid([]byte(payload)) {
+						return errors.New("--payload is not valid JSON")
+					}
+					e.Payload = json.RawMessage(payload)
+				}
+				if e.MessageID == "" {
+					e.MessageID = client.NewMessageID()
+				}
+				if e.SomVersion == "" {
+					e.SomVersion = client.SomVersion
+				}
+				if e.Payload == nil {
+					e.Payload = map[string]any{}
+				}
+				raw, _ := json.Marshal(e)
+				envs = append(envs, raw)
+			}
+			for _, a := range args {
+				envs = append(envs, json.RawMessage(a))
+			}
+			pub := &publisher{o: o, cmd: cmd, p: p}
+			if file != "" {
+				if len(envs) > 0 {
+					return errors.New("give envelopes either as arguments or in a file, not both")
+				}
+				return pub.file(file, progress)
+			}
+			if len(envs) == 0 {
+				return errors.New("nothing to publish: give envelopes as arguments, -f FILE, or --type and --correlation-id")
+			}
+			return pub.run(envs, nil)
+		},
+	}
+	o.bindClient(cmd)
+	f := cmd.Flags()
+	f.StringVarP(&file, "file", "f", "", "a file of envelopes, one JSON object a line (- for standard input)")
+	f.StringVar(&msgType, "type", "", "build one envelope with this message_type")
+	f.StringVar(&correlationID, "correlation-id", "", "the built envelope's correlation_id (its story)")
+	f.StringVar(&messageID, "message-id", "", "the built envelope's message_id (default: a new UUID)")
+	f.StringVar(&payload, "payload", "", "the built envelope's payload, a JSON object (default {})")
+	f.BoolVar(&progress, "progress", false, "show a progress bar even when standard error is not a terminal")
+	return cmd
+}
+
+// publisher publishes in batches and prints the answers.
+type publisher struct {
+	o   *cliOptions
+	cmd *cobra.Command
+	p   *client.Producer
+
+	n, accepted, duplicates, refused int
+	results                          []client.PublishResult // table mode: kept to print
+}
+
+// file publishes the JSON lines of path.
+func (pb *publisher) file(path string, progress bool) error {
+	var r io.Reader
+	total := -1
+	if path == "-" {
+		r = pb.cmd.InOrStdin()
+	} else {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		total = 0
+		for _, l := range bytes.Split(data, []byte("\n")) {
+			if len(bytes.TrimSpace(l)) > 0 {
+				total++
+			}
+		}
+		r = bytes.NewReader(data)
+	}
+	bar := newBar(pb.cmd, total, "publish", progress)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), client.MaxBatchBytes)
+	var batch []json.RawMessage
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := pb.run(batch, bar)
+		batch, size = nil, 0
+		return err
+	}
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if len(batch) == client.MaxBatchMessages || size+len(line)+1 > batchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, append(json.RawMessage(nil), line...))
+		size += len(line) + 1
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	_ = bar.Finish()
+	return pb.done()
+}
+
+// run publishes envs (one request for one envelope, batches otherwise) and,
+// without a bar (arguments), prints the summary too.
+func (pb *publisher) run(envs []json.RawMessage, bar interface{ Add(int) error }) error {
+	ctx := pb.cmd.Context()
+	var results []client.PublishResult
+	// Lines that are not JSON at all are refused here; the bus checks the rest.
+	var valid []json.RawMessage
+	var idx []int
+	results = make([]client.PublishResult, len(envs))
+	for i, e := range envs {
+		if !json.Valid(e) {
+			results[i] = client.PublishResult{Violations: []client.Violation{{Rule: client.RuleEnvelopeMalformed, Message: "The envelope is not valid JSON."}}}
+			continue
+		}
+		valid = append(valid, e)
+		idx = append(idx, i)
+	}
+	if len(valid) > 0 {
+		var got []client.PublishResult
+		var err error
+		if len(valid) == 1 {
+			var r *client.PublishResult
+			r, err = pb.p.PublishRaw(ctx, valid[0])
+			var ce *client.Error
+			if errors.As(err, &ce) && ce.Status == 400 || errors.As(err, &ce) && ce.Status == 413 {
+				r, err = &client.PublishResult{Violations: ce.Violations}, nil
+			}
+			if r != nil {
+				got = []client.PublishResult{*r}
+			}
+		} else {
+			got, err = pb.p.PublishBatchRaw(ctx, valid)
+		}
+		if err != nil {
+			return fmt.Errorf("after %d envelopes: %w", pb.n, err)
+		}
+		for j, r := range got {
+			results[idx[j]] = r
+		}
+	}
+	for _, r := range results {
+		pb.n++
+		switch {
+		case !r.Accepted:
+			pb.refused++
+		case r.Duplicate:
+			pb.accepted++
+			pb.duplicates++
+		default:
+			pb.accepted++
+		}
+		if pb.o.json() {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(pb.cmd.OutOrStdout(), string(b))
+		} else {
+			pb.results = append(pb.results, r)
+		}
+	}
+	if bar != nil {
+		_ = bar.Add(len(envs))
+		return nil
+	}
+	return pb.done()
+}
+
+// done prints the table and summary and fails when any envelope was refused.
+func (pb *publisher) done() error {
+	if !pb.o.json() {
+		tw := tabwriter.NewWriter(pb.cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		all := len(pb.results) <= 20
+		if all || pb.refused > 0 {
+			row(tw, "#", "MESSAGE ID", "ACCEPTED", "TOPIC", "DELIVERIES", "DUPLICATE", "VIOLATIONS")
+		}
+		for i, r := range pb.results {
+			if !all && r.Accepted {
+				continue
+			}
+			vs := "-"
+			if len(r.Violations) > 0 {
+				vs = ""
+				for j, v := range r.Violations {
+					if j > 0 {
+						vs += "; "
+					}
+					vs += v.Rule + ": " + v.Message
+				}
+			}
+			row(tw, i+1, dash(r.MessageID), r.Accepted, dash(r.Topic), r.Deliveries, r.Duplicate, vs)
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(pb.cmd.OutOrStdout(), "Published %d envelopes: %d accepted (%d duplicates), %d refused.\n", pb.n, pb.accepted, pb.duplicates, pb.refused)
+	}
+	if pb.refused > 0 {
+		return fmt.Errorf("%d of %d envelopes refused", pb.refused, pb.n)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newReceiveCommand() *cobra.Command {
+	o := &cliOptions{}
+	var maxN int
+	var wait, visibility time.Duration
+	var ack, follow bool
+	cmd := &cobra.Command{
+		Use:   "receive [--ack] [--follow]",
+		Short: "Receive messages as a consumer connection (once, or --follow to tail the queue)",
+		Long: `Receive messages from your consumer connection's queue and print them.
+Without --ack they stay in flight until their visibility runs out and then come
+back; with --ack they are acknowledged (removed) once printed. --follow keeps
+long-polling until interrupted. -o json prints one message a line, with its
+receipt handle and envelope.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := o.clientConfig()
+			if err != nil {
+				return err
+			}
+			c, err := client.NewConsumer(cfg)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			w := wait
+			if w <= 0 {
+				w = client.NoWait
+			}
+			if follow && !cmd.Flags().Changed("wait") {
+				w = client.MaxWait
+			}
+			header := true
+			for {
+				msgs, err := c.Receive(ctx, client.ReceiveOptions{Max: maxN, Wait: w, Visibility: visibility})
+				if err != nil {
+					if follow && ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				printMessages(o, cmd, msgs, header || !follow)
+				if len(msgs) > 0 {
+					header = false
+				}
+				if ack && len(msgs) > 0 {
+					if err := ackAll(ctx, cmd, c, msgs); err != nil {
+						return err
+					}
+				}
+				if !follow {
+					if len(msgs) == 0 && !o.json() {
+						fmt.Fprintln(cmd.ErrOrStderr(), "No messages.")
+					}
+					return nil
+				}
+			}
+		},
+	}
+	o.bindClient(cmd)
+	f := cmd.Flags()
+	f.IntVar(&maxN, "max", 10, "at most this many messages a receive, 1 to 10")
+	f.DurationVar(&wait, "wait", 0, "long poll: how long to wait for a message, up to 20s (default 0, 20s with --follow)")
+	f.DurationVar(&visibility, "visibility", 0, "how long received messages stay hidden, up to 12h (default 60s)")
+	f.BoolVar(&ack, "ack", false, "acknowledge (remove) the messages once printed")
+	f.BoolVar(&follow, "follow", false, "keep receiving until interrupted")
+	return cmd
+}
+
+func printMessages(o *cliOptions, cmd *cobra.Command, msgs []client.Message, header bool) {
+	out := cmd.OutOrStdout()
+	if o.json() {
+		for _, m := range msgs {
+			b, _ := json.Marshal(m)
+			fmt.Fprintln(out, string(b))
+		}
+		return
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if header {
+		row(tw, "MESSAGE ID", "TYPE", "STORY", "DELIVERY", "ENQUEUED", "PRODUCER", "PAYLOAD")
+	}
+	for _, m := range msgs {
+		row(tw, m.MessageID, m.MessageType, m.CorrelationID, m.ReceiveCount, when(m.EnqueuedAt), m.ProducerID, compact(m.Payload, 60))
+	}
+	_ = tw.Flush()
+}
+
+func ackAll(ctx context.Context, cmd *cobra.Command, c *client.Consumer, msgs []client.Message) error {
+	hs := make([]string, len(msgs))
+	for i, m := range msgs {
+		hs[i] = m.ReceiptHandle
+	}
+	// The acknowledgement goes out even when interrupted right after printing.
+	res, err := c.Ack(context.WithoutCancel(ctx), hs...)
+	if err != nil {
+		return fmt.Errorf("acknowledge: %w", err)
+	}
+	for _, f := range res.Failed {
+		fmt.Fprintf(cmd.ErrOrStderr(), "acknowledge failed (%s): %s\n", f.Code, f.Message)
+	}
+	return nil
+}
