@@ -250,7 +250,9 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			return nil, err
 		}
 		if found {
-			res.Deliveries = replayed
+			// The answer is final even when nothing is still in flight: a
+			// retry takes nothing new (SPEC.md, Receive step 1).
+			res.Deliveries, res.Replayed = replayed, true
 			res.NextVisibleAt, err = nextVisible(d, p.QueueID, now)
 			return res, err
 		}
