@@ -265,8 +265,8 @@ func (s *Service) PutSkills(ctx context.Context, a *Actor, workspaceID, id strin
 			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].instance_id %q is repeated.", i, r.InstanceID)
 		case r.Skill == "" || len(r.Skill) > MaxNameLength:
 			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].skill must be 1 to %d characters.", i, MaxNameLength)
-		case len(r.Name) > MaxNameLength:
-			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].name must be at most %d characters.", i, MaxNameLength)
+		case r.Name == "" || len(r.Name) > MaxNameLength:
+			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].name must be 1 to %d characters.", i, MaxNameLength)
 		case r.AuthorityScale < 0 || r.AuthorityScale > 100:
 			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].authority_scale must be between 0 and 100.", i)
 		}
