@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/openapi/openapitest"
 	"github.com/sombus/sombus/internal/server"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	// PublicURL is passed to --public-url (nodes sharing a store share it,
 	// so that each accepts the others' tokens); "" is the node's own URL.
 	PublicURL string
+	// ValidateOpenAPI checks every answer Send reads against the OpenAPI
+	// document (openapitest.Validate), failing the node's test on a mismatch.
+	ValidateOpenAPI bool
 }
 
 // Node is a running test node.
@@ -50,6 +54,8 @@ type Node struct {
 	Clock  bus.Clock
 	HTTP   *http.Client
 	closed bool
+	// validate is Options.ValidateOpenAPI.
+	validate bool
 }
 
 // testWriter sends log lines to t.Log.
@@ -82,7 +88,7 @@ func Start(t testing.TB, o Options) *Node {
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
-	n := &Node{T: t, Server: srv, URL: srv.URL, Clock: o.Clock, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	n := &Node{T: t, Server: srv, URL: srv.URL, Clock: o.Clock, HTTP: &http.Client{Timeout: 60 * time.Second}, validate: o.ValidateOpenAPI}
 	t.Cleanup(n.Close)
 	return n
 }
@@ -187,6 +193,9 @@ func (n *Node) Send(req *http.Request) *Response {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		n.T.Fatalf("read answer: %v", err)
+	}
+	if n.validate {
+		openapitest.Validate(n.T, req, resp, b)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
@@ -335,3 +344,103 @@ func (n *Node) Settle(p *Pair, verb string, handles []string, delay *int) *Respo
 	}
 	return n.Do("POST", "/v1/tenants/"+p.WS+"/consumers/"+p.Consumer+"/"+verb, p.ConsumTok, body)
 }
+
+// NewPairWith makes a Pair whose producer create body gets producerExtra
+// (quota_tier, for example) and whose consumer's gets consumerExtra.
+func (n *Node) NewPairWith(producerExtra, consumerExtra map[string]any) *Pair {
+	n.T.Helper()
+	p := &Pair{WS: n.Workspace("test")}
+	p.Producer = n.Connection(p.WS, "producer", producerExtra)
+	p.ProducerSecret = n.Secret(p.WS, p.Producer)
+	p.ProducerTok = n.Token(p.Producer, p.ProducerSecret)
+	return n.AddConsumer(p, consumerExtra)
+}
+
+// AddConsumer creates another consumer connection (subscribed to "som.>"
+// unless consumerExtra says otherwise) in p's workspace and returns a Pair
+// with p's producer and the new consumer.
+func (n *Node) AddConsumer(p *Pair, consumerExtra map[string]any) *Pair {
+	n.T.Helper()
+	q := *p
+	extra := map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}}
+	for k, v := range consumerExtra {
+		extra[k] = v
+	}
+	q.Consumer = n.Connection(p.WS, "consumer", extra)
+	q.ConsumerSecret = n.Secret(p.WS, q.Consumer)
+	q.ConsumTok = n.Token(q.Consumer, q.ConsumerSecret)
+	return &q
+}
+
+// PublishBatch publishes envelopes in one batch as the pair's producer.
+func (n *Node) PublishBatch(p *Pair, envs []any) *Response {
+	n.T.Helper()
+	return n.Do("POST", "/v1/tenants/"+p.WS+"/messages/batch", p.ProducerTok, map[string]any{"messages": envs})
+}
+
+// QueueCounts reads the consumer's queue counts from GET …/connections/{c}.
+func (n *Node) QueueCounts(p *Pair) bus.QueueStats {
+	n.T.Helper()
+	var st bus.QueueStats
+	n.Do("GET", "/v1/manage/workspaces/"+p.WS+"/connections/"+p.Consumer, BootstrapKey, nil).Must(n.T, 200).Decode(n.T, &st)
+	return st
+}
+
+// Maintain runs one round of the node's background work now.
+func (n *Node) Maintain() {
+	n.T.Helper()
+	if _, err := n.Server.Service().Maintain(context.Background()); err != nil {
+		n.T.Fatalf("maintain: %v", err)
+	}
+}
+
+// Try is Do for other goroutines than the test's: it never fails the test,
+// it returns the error (a refused connection after the node stopped, ctx
+// ending). body is sent as JSON when not nil (see Do).
+func (n *Node) Try(ctx context.Context, method, path, bearer string, body any) (*Response, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := n.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// MessagesPath is the receive route of p's consumer.
+func (p *Pair) MessagesPath() string { return "/v1/tenants/" + p.WS + "/consumers/" + p.Consumer + "/messages" }
+
+// SettlePath is the ack or nack route (verb "ack" or "nack") of p's consumer.
+func (p *Pair) SettlePath(verb string) string {
+	return "/v1/tenants/" + p.WS + "/consumers/" + p.Consumer + "/" + verb
+}
+
+// PublishPath is the single publish route of p's workspace.
+func (p *Pair) PublishPath() string { return "/v1/tenants/" + p.WS + "/messages" }
