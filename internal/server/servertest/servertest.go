@@ -435,7 +435,9 @@ func (n *Node) Try(ctx context.Context, method, path, bearer string, body any) (
 }
 
 // MessagesPath is the receive route of p's consumer.
-func (p *Pair) MessagesPath() string { return "/v1/tenants/" + p.WS + "/consumers/" + p.Consumer + "/messages" }
+func (p *Pair) MessagesPath() string {
+	return "/v1/tenants/" + p.WS + "/consumers/" + p.Consumer + "/messages"
+}
 
 // SettlePath is the ack or nack route (verb "ack" or "nack") of p's consumer.
 func (p *Pair) SettlePath(verb string) string {
