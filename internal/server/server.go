@@ -59,6 +59,10 @@ type Server struct {
 	ln       net.Listener
 	log      *slog.Logger
 	serveErr chan error
+	// stopBG ends the node's own background work (key reloads); bgDone
+	// is closed when it has ended.
+	stopBG context.CancelFunc
+	bgDone chan struct{}
 	// URL is the base URL the node serves on.
 	URL string
 }
@@ -115,7 +119,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	log := cfg.Logger
-	ln, err := net.Listen("tcp", cfg.Listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -164,12 +169,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
+	// Limits: on PostgreSQL several nodes may share the database, so the
+	// rate limits, daily quotas and token failure windows are rows of it,
+	// shared by every node; on SQLite (one node) they are kept in process.
+	// Signing keys and the handle MAC key are in the store either way;
+	// credential changes made on another node reach this one's checks when
+	// the Checker's cache entry expires (CheckTTL, 10 s), within API.md's
+	// 30 seconds.
+	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
+	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
+	if pg, ok := s.store.(*postgres.Store); ok {
+		limiter, failures = pg.Limiter(), pg.FailureLimiter(cfg.Clock)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.api = httpapi.New(httpapi.Config{
 		Service: s.svc, Signer: signer, Checker: s.checker,
-		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, auth.NewMemoryFailureLimiter(cfg.Clock)),
-		Limiter: limits.NewMemory(limits.Options{}), Tiers: tiers, Logger: log, Registry: reg,
+		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, failures),
+		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg,
 	})
 	s.http = &http.Server{
 		Handler:           s.api,
@@ -178,6 +195,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	s.svc.Start()
+	s.startKeyReload(signer)
 	if cfg.TLSCert != "" {
 		// HTTP/2 is negotiated by ALPN; ServeTLS enables it by default.
 		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
@@ -189,6 +207,35 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", redactStore(cfg.Store), "environment", cfg.Environment)
 	fmt.Fprintf(cfg.Stdout, "sombus is listening on %s\n  API:     %s/v1\n  portal:  %s/portal/\n  OpenAPI: %s/v1/openapi.json\n", url, cfg.PublicURL, cfg.PublicURL, cfg.PublicURL)
 	return s, nil
+}
+
+// KeyReloadInterval is how often a node re-reads the signing keys from the
+// store, so that a key made or removed on another node is used here within
+// a minute (an unknown kid in a token also makes Verify re-read them).
+const KeyReloadInterval = time.Minute
+
+// startKeyReload re-reads the signing keys every KeyReloadInterval until
+// Close. A failed read is logged; the keys already known stay in use.
+func (s *Server) startKeyReload(signer *auth.Signer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopBG, s.bgDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.bgDone)
+		t := time.NewTicker(KeyReloadInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+				if err := signer.Reload(rctx); err != nil && ctx.Err() == nil {
+					s.log.WarnContext(ctx, "reload signing keys", "err", err)
+				}
+				rcancel()
+			}
+		}
+	}()
 }
 
 // bootstrap creates the first operator when the store has no users.
@@ -254,6 +301,8 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	err := s.http.Shutdown(ctx)
+	s.stopBG()
+	<-s.bgDone
 	s.svc.Stop()
 	if cerr := s.store.Close(); err == nil {
 		err = cerr

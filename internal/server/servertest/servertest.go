@@ -169,7 +169,7 @@ func (n *Node) Do(method, path, bearer string, body any) *Response {
 		}
 		rd, ct = bytes.NewReader(j), "application/json"
 	}
-	req, err := http.NewRequest(method, n.URL+path, rd)
+	req, err := http.NewRequestWithContext(context.Background(), method, n.URL+path, rd)
 	if err != nil {
 		n.T.Fatalf("request: %v", err)
 	}
@@ -243,7 +243,7 @@ func (n *Node) Secret(ws, conn string) string {
 // TokenResponse posts to the token endpoint with HTTP Basic.
 func (n *Node) TokenResponse(clientID, secret string) *Response {
 	n.T.Helper()
-	req, err := http.NewRequest("POST", n.URL+"/v1/oauth/token", strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+	req, err := http.NewRequestWithContext(context.Background(), "POST", n.URL+"/v1/oauth/token", strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
 	if err != nil {
 		n.T.Fatal(err)
 	}
