@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +34,7 @@ func newProxy(t *testing.T, target string) *proxy {
 	t.Helper()
 	u, _ := url.Parse(target)
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // cancelled long polls at shutdown
 	p := &proxy{}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -316,5 +320,71 @@ func TestAckNackSkills(t *testing.T) {
 	sk, err = e.consumer.Skills(ctx)
 	if err != nil || len(sk.Registrations) != 1 || sk.Registrations[0].AuthorityScale != 40 || sk.UpdatedAt.IsZero() {
 		t.Fatalf("skills: %+v, %v", sk, err)
+	}
+}
+
+// The consume loop rides out a 429 on a receive, a 503 on an
+// acknowledgement and a lost receive answer: every message is handled once.
+func TestConsumeThroughFailures(t *testing.T) {
+	t.Parallel()
+	n := servertest.Start(t, servertest.Options{})
+	px := newProxy(t, n.URL)
+	e := setupOn(t, n, px.URL, client.ConnectionParams{})
+	var envs []client.Envelope
+	for i := range 20 {
+		envs = append(envs, envelope(fmt.Sprintf("m%d", i), fmt.Sprintf("s%d", i%4), nil))
+	}
+	e.publish(t, envs)
+
+	var step sync.Mutex
+	receives := 0
+	ack503 := onceFor("/ack", func(w http.ResponseWriter, r *http.Request, _ func() *http.Response) {
+		refuse(w, http.StatusServiceUnavailable, client.RuleQueueUnavailable)
+	})
+	px.set(func(w http.ResponseWriter, r *http.Request, pass func() *http.Response) bool {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/messages") {
+			step.Lock()
+			receives++
+			k := receives
+			step.Unlock()
+			switch k {
+			case 1:
+				refuse(w, http.StatusTooManyRequests, client.RuleRateLimited)
+				return true
+			case 2:
+				resp := pass()
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				panic(http.ErrAbortHandler)
+			}
+		}
+		return ack503(w, r, pass)
+	})
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var handled atomic.Int64
+	stop := consume(t, e.consumer, func(ctx context.Context, m *client.Message) error {
+		mu.Lock()
+		counts[m.MessageID]++
+		mu.Unlock()
+		handled.Add(1)
+		return nil
+	}, client.ConsumeOptions{Wait: time.Second})
+	waitFor(t, "queue drained", 20*time.Second, func() bool {
+		q := e.queue(t)
+		return handled.Load() >= 20 && q.Ready+q.InFlight+q.Delayed == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range counts {
+		if c != 1 {
+			t.Errorf("%s handled %d times", id, c)
+		}
+	}
+	if len(counts) != 20 {
+		t.Errorf("%d messages handled, want 20", len(counts))
 	}
 }

@@ -52,13 +52,6 @@ func (c *lru[K, V]) put(k K, v V) {
 	}
 }
 
-// len is the number of entries.
-func (c *lru[K, V]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
-
 // update sets k to f(old, found) in one step and returns the new value.
 func (c *lru[K, V]) update(k K, f func(old V, found bool) V) V {
 	c.mu.Lock()

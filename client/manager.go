@@ -203,14 +203,14 @@ const (
 
 // DeadLetter is a message moved to a consumer's dead-letter queue.
 type DeadLetter struct {
-	MessageID      string    `json:"message_id"`
-	MessageType    string    `json:"message_type"`
-	CorrelationID  string    `json:"correlation_id"`
-	Topic          string    `json:"topic"`
-	ProducerID     string    `json:"producer_id"`
-	ReceiveCount   int       `json:"receive_count"`
-	EnqueuedAt     time.Time `json:"enqueued_at"`
-	DeadLetteredAt time.Time `json:"dead_lettered_at"`
+	MessageID      string          `json:"message_id"`
+	MessageType    string          `json:"message_type"`
+	CorrelationID  string          `json:"correlation_id"`
+	Topic          string          `json:"topic"`
+	ProducerID     string          `json:"producer_id"`
+	ReceiveCount   int             `json:"receive_count"`
+	EnqueuedAt     time.Time       `json:"enqueued_at"`
+	DeadLetteredAt time.Time       `json:"dead_lettered_at"`
 	Envelope       json.RawMessage `json:"envelope"`
 }
 
