@@ -21,6 +21,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCommand())
+	root.AddCommand(cliCommands()...)
 	return root
 }
 
