@@ -10,8 +10,18 @@ import (
 // actorHandler is a management handler for an authenticated user.
 type actorHandler func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error
 
-// manage authenticates the API key of a management route.
+// manage authenticates the API key of a management route that takes no
+// query parameters: any is refused (decision 23).
 func (s *Server) manage(pattern string, h actorHandler) {
+	s.manageRoute(pattern, false, h)
+}
+
+// manageQuery is manage for a route that checks its own query parameters.
+func (s *Server) manageQuery(pattern string, h actorHandler) {
+	s.manageRoute(pattern, true, h)
+}
+
+func (s *Server) manageRoute(pattern string, ownQuery bool, h actorHandler) {
 	s.handle(pattern, func(w http.ResponseWriter, r *http.Request) error {
 		if r.Header.Get("Authorization") != "" && bearer(r) == "" {
 			return bus.Errorf(bus.RuleManageUnauthenticated, "Authorization must be \"Bearer <api key>\".")
@@ -19,6 +29,11 @@ func (s *Server) manage(pattern string, h actorHandler) {
 		a, err := s.svc.AuthenticateAPIKey(r.Context(), bearer(r))
 		if err != nil {
 			return err
+		}
+		if !ownQuery {
+			if err := noQuery(r); err != nil {
+				return err
+			}
 		}
 		return h(w, r, a)
 	})
@@ -170,7 +185,7 @@ func (s *Server) manageRoutes() {
 		writeJSON(w, http.StatusCreated, v)
 		return nil
 	})
-	s.manage("GET "+ws+"/connections", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+	s.manageQuery("GET "+ws+"/connections", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		if err := noQuery(r, "kind"); err != nil {
 			return err
 		}
@@ -262,7 +277,7 @@ func (s *Server) manageRoutes() {
 	connChange("/restore", func(r *http.Request, a *bus.Actor) (bus.ConnectionView, error) {
 		return s.svc.SetConnectionStatus(r.Context(), a, r.PathValue("t"), r.PathValue("c"), bus.StatusActive)
 	})
-	s.manage("GET "+conn+"/dead-letters", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+	s.manageQuery("GET "+conn+"/dead-letters", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		limit, cursor, err := pageParams(r)
 		if err != nil {
 			return err
@@ -353,7 +368,7 @@ func (s *Server) manageRoutes() {
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
-	s.manage("GET "+ws+"/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+	s.manageQuery("GET "+ws+"/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		limit, cursor, err := pageParams(r)
 		if err != nil {
 			return err

@@ -125,6 +125,13 @@ func TestManageRoles(t *testing.T) {
 			} else {
 				wantRefusal(t, r, 403, "manage.forbidden")
 			}
+			// Unknown query parameters are refused (decision 23).
+			sep := "?"
+			if strings.Contains(path, "?") {
+				sep = "&"
+			}
+			msg := wantRefusal(t, n.do(t, rt.method, path+sep+"bogus=1", keys[rt.min], rt.body), 400, "manage.bad_request")
+			wantMessage(t, msg, "bogus")
 			if after := len(n.auditLog(t, ws)); after != before {
 				t.Fatalf("refused calls wrote %d audit entries", after-before)
 			}
