@@ -57,7 +57,7 @@ func start(t *testing.T) *node {
 
 func startWith(t *testing.T, o servertest.Options) *node {
 	t.Helper()
-	dir := t.TempDir()
+	dir := fastTempDir(t)
 	logs := &syncBuffer{}
 	if o.Store == "" {
 		o.Store = "sqlite:" + filepath.Join(dir, "sombus.db")
@@ -67,6 +67,18 @@ func startWith(t *testing.T, o servertest.Options) *node {
 	}
 	n := &node{Node: servertest.Start(t, o), dir: dir, logs: logs}
 	return n
+}
+
+// fastTempDir is a temporary directory in memory (/dev/shm) when there is
+// one: the store syncs every commit to disk (synchronous=FULL), which on a
+// slow disk makes these tests wait far more than they work.
+func fastTempDir(t *testing.T) string {
+	t.Helper()
+	if dir, err := os.MkdirTemp("/dev/shm", "sombus-httpapi-"); err == nil {
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		return dir
+	}
+	return t.TempDir()
 }
 
 // advance moves the node's clock.
@@ -237,10 +249,12 @@ func (n *node) getConn(t testing.TB, ws, id string) conn {
 	return c
 }
 
-func connsPath(ws string) string     { return "/v1/manage/workspaces/" + ws + "/connections" }
-func connPath(ws, id string) string  { return connsPath(ws) + "/" + id }
-func auditPath(ws string) string     { return "/v1/manage/workspaces/" + ws + "/audit" }
-func pullPath(ws, c string) string   { return "/v1/tenants/" + ws + "/consumers/" + c + "/messages?wait=0" }
+func connsPath(ws string) string    { return "/v1/manage/workspaces/" + ws + "/connections" }
+func connPath(ws, id string) string { return connsPath(ws) + "/" + id }
+func auditPath(ws string) string    { return "/v1/manage/workspaces/" + ws + "/audit" }
+func pullPath(ws, c string) string {
+	return "/v1/tenants/" + ws + "/consumers/" + c + "/messages?wait=0"
+}
 func skillsPath(ws, c string) string { return "/v1/tenants/" + ws + "/consumers/" + c + "/skills" }
 func publishPath(ws string) string   { return "/v1/tenants/" + ws + "/messages" }
 
