@@ -148,6 +148,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	if pg, ok := s.store.(*postgres.Store); ok {
+		// Nodes starting together on one database take turns to read or
+		// make the signing key, the handle key and the first operator, so
+		// that all of them use what the first one made.
+		unlock, err := pg.LockStartup(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	signer, err := auth.NewSigner(ctx, s.store, cfg.PublicURL, cfg.Environment, cfg.Clock, log)
 	if err != nil {
 		return nil, fmt.Errorf("signing keys: %w", err)
@@ -246,6 +256,12 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		generated = true
 	}
 	created, err := s.svc.Bootstrap(ctx, key)
+	if errors.Is(err, bus.ErrConflict) {
+		// Nodes started together on an empty shared database: another one
+		// created the first operator between our count and our insert. Its
+		// operator stands; looking again finds it and creates nothing.
+		created, err = s.svc.Bootstrap(ctx, key)
+	}
 	if err != nil {
 		return fmt.Errorf("bootstrap operator: %w", err)
 	}

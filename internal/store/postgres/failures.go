@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/sombus/sombus/internal/auth"
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// FailureLimiter is an auth.FailureLimiter shared by every node of one
+// database, with the semantics of auth.MemoryFailureLimiter: per client id
+// and per remote address (IPv4 address, IPv6 /64, port dropped) a window of
+// auth.FailureWindow opens at the first failure; once it holds
+// auth.FailuresPerClient (or auth.FailuresPerRemoteAddr) failures, attempts
+// are blocked until it ends, whichever node they reach. The windows are rows
+// of auth_failures; ended ones are deleted about once a window. The table
+// needs no bound on its keys (the in-process limiter's 65,536): rows live
+// at most a minute and cost disk, not the node's memory. Safe for
+// concurrent use.
+type FailureLimiter struct {
+	s     *Store
+	clock bus.Clock
+	// nextSweep is the unix nanoseconds of the next deletion of ended windows.
+	nextSweep atomic.Int64
+}
+
+var _ auth.FailureLimiter = (*FailureLimiter)(nil)
+
+// FailureLimiter returns the token service's failure limiter shared by every
+// node on this database, reading time from clock (nil: the system clock).
+func (s *Store) FailureLimiter(clock bus.Clock) *FailureLimiter {
+	if clock == nil {
+		clock = bus.SystemClock{}
+	}
+	return &FailureLimiter{s: s, clock: clock}
+}
+
+const (
+	kindClient = "c"
+	kindAddr   = "a"
+)
+
+const (
+	failureRead = `SELECT kind, window_start, failures FROM auth_failures
+		WHERE (kind = 'c' AND key = $1) OR (kind = 'a' AND key = $2)`
+	// failureCount adds one failure to each of the two windows in one
+	// statement, opening a new window where the last one ended (or lies in
+	// the future: the clock went back), as auth's count does. Rows are
+	// locked in the order of VALUES, client before address in every
+	// statement, so two of them never wait on each other in a cycle.
+	failureCount = `INSERT INTO auth_failures AS f (kind, key, window_start, failures)
+		VALUES ('c', $1, $3, 1), ('a', $2, $3, 1)
+		ON CONFLICT (kind, key) DO UPDATE SET
+			window_start = CASE WHEN f.window_start <= $3 AND $3 - f.window_start < $4
+				THEN f.window_start ELSE $3 END,
+			failures = CASE WHEN f.window_start <= $3 AND $3 - f.window_start < $4
+				THEN f.failures + 1 ELSE 1 END`
+	// failureSweep deletes the windows that are no longer live at $1.
+	failureSweep = `DELETE FROM auth_failures WHERE window_start > $1 OR $1 - window_start >= $2`
+)
+
+// Blocked implements auth.FailureLimiter.
+func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
+	now := l.clock.Now()
+	rows, err := l.s.pool.Query(ctx, failureRead, clientID, addrKey(remoteAddr))
+	if err != nil {
+		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
+	}
+	defer rows.Close()
+	var wait time.Duration
+	for rows.Next() {
+		var kind string
+		var start int64
+		var n int
+		if err := rows.Scan(&kind, &start, &n); err != nil {
+			return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
+		}
+		limit := auth.FailuresPerClient
+		if kind == kindAddr {
+			limit = auth.FailuresPerRemoteAddr
+		}
+		wait = max(wait, blockedFor(time.Unix(0, start), n, limit, now))
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
+	}
+	return wait, nil
+}
+
+// Failed implements auth.FailureLimiter.
+func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
+	now := l.clock.Now()
+	if _, err := l.s.pool.Exec(ctx, failureCount, clientID, addrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
+		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
+	}
+	due := l.nextSweep.Load()
+	if now.UnixNano() >= due && l.nextSweep.CompareAndSwap(due, now.Add(auth.FailureWindow).UnixNano()) {
+		if _, err := l.Sweep(ctx); err != nil {
+			l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
+		}
+	}
+	return nil
+}
+
+// Sweep deletes the ended windows and returns how many it deleted. Failed
+// runs it by itself about once a window.
+func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
+	tag, err := l.s.pool.Exec(ctx, failureSweep, l.clock.Now().UnixNano(), int64(auth.FailureWindow))
+	if err != nil {
+		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// blockedFor is how long a window that started at start and holds n
+// failures still blocks at now, rounded up to whole seconds (Retry-After is
+// whole seconds), or 0; as auth's blockedFor.
+func blockedFor(start time.Time, n, limit int, now time.Time) time.Duration {
+	live := !now.Before(start) && now.Sub(start) < auth.FailureWindow
+	if n < limit || !live {
+		return 0
+	}
+	return (start.Add(auth.FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
+}
+
+// addrKey groups remote addresses as auth's in-process limiter does: the
+// port is dropped (each connection has its own), and IPv6 addresses count
+// per /64, the block one client gets.
+func addrKey(remoteAddr string) string {
+	host := remoteAddr
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}

@@ -1,0 +1,359 @@
+package postgres
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/auth"
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/limits"
+)
+
+// t0 is a morning, well inside a UTC day.
+var t0 = time.Date(2026, 9, 25, 10, 15, 2, 114_000_000, time.UTC)
+
+// twoNodes opens two stores ("nodes") on one fresh schema.
+func twoNodes(t *testing.T) (*Store, *Store) {
+	t.Helper()
+	url := TestURL(t)
+	return openURL(t, url), openURL(t, url)
+}
+
+func TestLimiterSharedBucket(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	la, lb := a.Limiter(), b.Limiter()
+	std := limits.Standard()
+	// 40 requests at once in one instant, spread over both nodes: each is
+	// allowed, and together they take exactly the burst.
+	var allowed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 40 {
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		wg.Go(func() {
+			d, err := l.Allow(t.Context(), "c1", std, t0)
+			if err != nil {
+				t.Errorf("Allow: %v", err)
+				return
+			}
+			if d.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 40 {
+		t.Fatalf("%d of 40 allowed, want all", allowed.Load())
+	}
+	for i, l := range []*Limiter{la, lb} {
+		d, err := l.Allow(t.Context(), "c1", std, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || d.Rule != bus.RuleRateLimited || d.RetryAfter != 50*time.Millisecond || d.Remaining != 0 {
+			t.Fatalf("41st on node %d: %+v, want refused rate.limited after 50ms", i, d)
+		}
+	}
+	// Another key has its own bucket.
+	if d, _ := lb.Allow(t.Context(), "c2", std, t0); !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("other key: %+v", d)
+	}
+	// Refill by the explicit now: 50ms brings back one token, on either node.
+	if d, _ := lb.Allow(t.Context(), "c1", std, t0.Add(49*time.Millisecond)); d.Allowed || d.RetryAfter != time.Millisecond {
+		t.Fatalf("at 49ms: %+v, want refused with 1ms to wait", d)
+	}
+	if d, _ := la.Allow(t.Context(), "c1", std, t0.Add(50*time.Millisecond)); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("at 50ms: %+v, want allowed with 0 remaining", d)
+	}
+	if d, _ := lb.Allow(t.Context(), "c1", std, t0.Add(50*time.Millisecond)); d.Allowed {
+		t.Fatalf("second at 50ms allowed on the other node: %+v", d)
+	}
+	// 500ms later ten tokens are back.
+	if d, _ := lb.Allow(t.Context(), "c1", std, t0.Add(550*time.Millisecond)); !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("after 500ms: %+v, want allowed with 9 remaining", d)
+	}
+	// Usage is shared too: 42 allowed requests of c1 today, seen from a.
+	u, err := la.Usage(t.Context(), "c1", std, t0.Add(time.Second))
+	if err != nil || u.RequestsToday != 42 || u.Remaining != 100_000-42 || u.Day != "2026-09-25" {
+		t.Fatalf("Usage = %+v, %v", u, err)
+	}
+	u, err = lb.Usage(t.Context(), "nobody", std, t0)
+	if err != nil || u.RequestsToday != 0 || u.Remaining != 100_000 {
+		t.Fatalf("Usage of an unknown key = %+v, %v", u, err)
+	}
+}
+
+// TestLimiterMatchesMemory drives the shared limiter and limits.Memory with
+// one sequence of requests, tiers and times, and wants the same decisions.
+func TestLimiterMatchesMemory(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	nodes := []*Limiter{a.Limiter(), b.Limiter()}
+	mem := limits.NewMemory(limits.Options{SweepEvery: -1})
+	tiny := limits.Tier{Name: "tiny", RatePerSecond: 2, Burst: 3, DailyQuota: 7}
+	gold := limits.Tier{Name: "gold", RatePerSecond: 100, Burst: 200, DailyQuota: 1_000_000}
+	steps := []struct {
+		tier limits.Tier
+		at   time.Duration
+	}{
+		{tiny, 0}, {tiny, 0}, {tiny, 0}, {tiny, 0}, {tiny, 400 * time.Millisecond}, {tiny, 500 * time.Millisecond},
+		{gold, 500 * time.Millisecond}, {gold, 501 * time.Millisecond}, {tiny, 502 * time.Millisecond},
+		{tiny, 10 * time.Second}, {tiny, 11 * time.Second}, {tiny, 12 * time.Second}, {tiny, 13 * time.Second},
+		{limits.Unlimited(), 14 * time.Second}, {tiny, 15 * time.Second},
+		// Next UTC day: the quota starts again.
+		{tiny, 14 * time.Hour}, {tiny, 14 * time.Hour},
+		// The clock goes back: never more.
+		{tiny, 13 * time.Hour},
+	}
+	for i, st := range steps {
+		now := t0.Add(st.at)
+		want, err := mem.Allow(t.Context(), "k", st.tier, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := nodes[i%2].Allow(t.Context(), "k", st.tier, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("step %d (%s at +%v): got %+v, want %+v", i, st.tier.Name, st.at, got, want)
+		}
+		wu, _ := mem.Usage(t.Context(), "k", st.tier, now)
+		gu, err := nodes[(i+1)%2].Usage(t.Context(), "k", st.tier, now)
+		if err != nil || gu != wu {
+			t.Fatalf("step %d: usage %+v, %v; want %+v", i, gu, err, wu)
+		}
+	}
+	if _, err := nodes[0].Allow(t.Context(), "k", limits.Tier{}, t0); err == nil {
+		t.Fatal("a tier without a name was accepted")
+	}
+}
+
+func TestLimiterSweepDropsIdleStates(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	la, lb := a.Limiter(), b.Limiter()
+	// Only explicit sweeps until the end of the test.
+	la.nextSweep.Store(math.MaxInt64)
+	lb.nextSweep.Store(math.MaxInt64)
+	rows := func() int {
+		var n int
+		if err := a.pool.QueryRow(t.Context(), `SELECT count(*) FROM rate_limits`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	burstOnly := limits.Tier{Name: "burst", RatePerSecond: 20, Burst: 40}
+	allow := func(l *Limiter, key string, now time.Time) {
+		t.Helper()
+		if _, err := l.Allow(t.Context(), key, burstOnly, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Requests are counted on every tier, so a state is kept all day.
+	allow(la, "x", t0)
+	allow(la, "y", t0)
+	midnight := time.Date(2026, 9, 26, 0, 0, 0, 0, time.UTC)
+	allow(lb, "w", midnight.Add(-time.Millisecond)) // its bucket is full at 00:00:00.049
+	if n, err := lb.Sweep(t.Context(), midnight.Add(-time.Millisecond)); err != nil || n != 0 || rows() != 3 {
+		t.Fatalf("sweep the same day: deleted %d (%v), rows %d; want nothing deleted", n, err, rows())
+	}
+	allow(la, "y", midnight.Add(time.Millisecond)) // counted on the new day
+	if n, err := lb.Sweep(t.Context(), midnight.Add(10*time.Millisecond)); err != nil || n != 1 || rows() != 2 {
+		t.Fatalf("sweep after midnight: deleted %d (%v), rows %d; want x deleted only", n, err, rows())
+	}
+	u, _ := lb.Usage(t.Context(), "y", burstOnly, midnight.Add(time.Second))
+	if u.RequestsToday != 1 {
+		t.Fatalf("y's usage after the sweep: %+v, want 1 today", u)
+	}
+	if n, err := lb.Sweep(t.Context(), midnight.Add(time.Second)); err != nil || n != 1 || rows() != 1 {
+		t.Fatalf("sweep once w's bucket is full: deleted %d (%v), rows %d; want w deleted", n, err, rows())
+	}
+	tomorrow := midnight.Add(24 * time.Hour)
+	// A swept key starts from a full bucket.
+	if d, err := lb.Allow(t.Context(), "x", burstOnly, tomorrow); err != nil || !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("after the sweep: %+v, %v", d, err)
+	}
+	// Allow sweeps by itself once a minute (by its now): x, idle the next
+	// day, is gone after the next request of any key.
+	la = a.Limiter()
+	if _, err := la.Allow(t.Context(), "z", burstOnly, tomorrow); err != nil { // first call: sweeps
+		t.Fatal(err)
+	}
+	if _, err := la.Allow(t.Context(), "z", burstOnly, tomorrow.Add(24*time.Hour+2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(); n != 1 {
+		t.Fatalf("rows after Allow's own sweep: %d, want only z", n)
+	}
+}
+
+// TestLimiterConcurrentSweep races Allow on both nodes against sweeps: no
+// request fails and no token is lost or gained.
+func TestLimiterConcurrentSweep(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	la, lb := a.Limiter(), b.Limiter()
+	tier := limits.Tier{Name: "burst", RatePerSecond: 1, Burst: 1000}
+	var allowed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 200 {
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		wg.Go(func() {
+			d, err := l.Allow(t.Context(), "k", tier, t0)
+			if err != nil {
+				t.Errorf("Allow: %v", err)
+			} else if d.Allowed {
+				allowed.Add(1)
+			}
+		})
+		if i%20 == 0 {
+			wg.Go(func() {
+				if _, err := la.Sweep(t.Context(), t0); err != nil {
+					t.Errorf("Sweep: %v", err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	d, err := la.Allow(t.Context(), "k", tier, t0)
+	if err != nil || allowed.Load() != 200 || d.Remaining != 1000-201 {
+		t.Fatalf("allowed %d, then %+v (%v); want 200 and 799 remaining", allowed.Load(), d, err)
+	}
+}
+
+func TestFailureLimiterShared(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	clock := bus.NewManualClock(t0)
+	fa, fb := a.FailureLimiter(clock), b.FailureLimiter(clock)
+	ctx := t.Context()
+	blocked := func(l *FailureLimiter, client, addr string) time.Duration {
+		t.Helper()
+		w, err := l.Blocked(ctx, client, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// 19 failures over both nodes: not blocked yet.
+	for i := range 19 {
+		l := fa
+		if i%2 == 1 {
+			l = fb
+		}
+		if err := l.Failed(ctx, "conn-1", "10.0.0.1:4000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := blocked(fb, "conn-1", "10.0.0.9:1"); w != 0 {
+		t.Fatalf("after 19 failures blocked for %v", w)
+	}
+	clock.Advance(10*time.Second + 300*time.Millisecond)
+	if err := fb.Failed(ctx, "conn-1", "10.0.0.1:4001"); err != nil {
+		t.Fatal(err)
+	}
+	// The 20th: blocked on both nodes, from any address, until the minute
+	// that began at the first failure has passed (49.7s, rounded up).
+	for _, l := range []*FailureLimiter{fa, fb} {
+		if w := blocked(l, "conn-1", "192.0.2.7:5"); w != 50*time.Second {
+			t.Fatalf("after 20 failures: blocked %v, want 50s", w)
+		}
+	}
+	if w := blocked(fa, "conn-2", "192.0.2.7:5"); w != 0 {
+		t.Fatalf("another client blocked for %v", w)
+	}
+	clock.Advance(49*time.Second + 699*time.Millisecond)
+	if w := blocked(fa, "conn-1", "x"); w != time.Second {
+		t.Fatalf("1ms before the window ends: %v, want 1s", w)
+	}
+	clock.Advance(time.Millisecond)
+	if w := blocked(fa, "conn-1", "x"); w != 0 {
+		t.Fatalf("after the window: blocked %v", w)
+	}
+	// A failure after the window opens a new one with one failure.
+	if err := fa.Failed(ctx, "conn-1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := a.pool.QueryRow(ctx, `SELECT failures FROM auth_failures WHERE kind = 'c' AND key = 'conn-1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("failures in the new window: %d, %v", n, err)
+	}
+
+	// Per address: 100 failures from one IPv6 /64, any client, any port,
+	// over both nodes.
+	for i := range 100 {
+		l := fa
+		if i%2 == 1 {
+			l = fb
+		}
+		if err := l.Failed(ctx, "client-"+string(rune('a'+i%20)), "[2001:db8::"+string(rune('a'+i%6))+"]:443"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := blocked(fb, "fresh", "[2001:db8::ffff]:1"); w != time.Minute {
+		t.Fatalf("address blocked %v, want 1m", w)
+	}
+	if w := blocked(fb, "fresh", "[2001:db8:0:1::1]:1"); w != 0 {
+		t.Fatalf("another /64 blocked %v", w)
+	}
+	if w := blocked(fb, "fresh", "10.0.0.1"); w != 0 {
+		t.Fatalf("an address without a port blocked %v", w)
+	}
+
+	// Ended windows are swept.
+	clock.Advance(time.Minute)
+	if n, err := fb.Sweep(ctx); err != nil || n == 0 {
+		t.Fatalf("Sweep: %d, %v", n, err)
+	}
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failures`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after the sweep: %d, %v", n, err)
+	}
+}
+
+// TestFailureLimiterMatchesMemory checks the shared limiter against auth's
+// in-process one on one sequence, concurrent failures included.
+func TestFailureLimiterMatchesMemory(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	clock := bus.NewManualClock(t0)
+	mem := auth.NewMemoryFailureLimiter(clock)
+	nodes := []*FailureLimiter{a.FailureLimiter(clock), b.FailureLimiter(clock)}
+	ctx := t.Context()
+	check := func(step string, client, addr string) {
+		t.Helper()
+		want, _ := mem.Blocked(ctx, client, addr)
+		for i, l := range nodes {
+			got, err := l.Blocked(ctx, client, addr)
+			if err != nil || got != want {
+				t.Fatalf("%s: node %d blocked %v (%v), in-process %v", step, i, got, err, want)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 25 {
+		_ = mem.Failed(ctx, "c", "198.51.100.1:1")
+		wg.Go(func() {
+			if err := nodes[i%2].Failed(ctx, "c", "198.51.100.1:1"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	check("25 concurrent failures", "c", "198.51.100.2")
+	clock.Advance(59 * time.Second)
+	check("59s later", "c", "198.51.100.2")
+	clock.Advance(time.Second)
+	check("a minute later", "c", "198.51.100.2")
+	clock.Set(t0.Add(-time.Hour)) // the clock goes back: the window is not live
+	check("clock went back", "c", "198.51.100.2")
+}
