@@ -114,13 +114,18 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 			if err := ValidateTopicPattern(sub.Topic); err != nil {
 				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
 			}
-			if len(sub.Producers) > MaxProducerFilters {
-				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers may hold at most %d ids.", i, MaxProducerFilters)
+			if sub.Producers != nil && len(sub.Producers) == 0 || len(sub.Producers) > MaxProducerFilters {
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers, when given, must hold 1 to %d producer ids (leave it out to accept every producer).", i, MaxProducerFilters)
 			}
+			seen := make(map[string]bool, len(sub.Producers))
 			for j, pid := range sub.Producers {
 				if !ValidID(pid, PrefixConnection) {
 					return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d] is not a connection id.", i, j)
 				}
+				if seen[pid] {
+					return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d] repeats %s; each producer id may appear once.", i, j, pid)
+				}
+				seen[pid] = true
 			}
 		}
 	}

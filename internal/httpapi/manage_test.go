@@ -407,6 +407,8 @@ func TestConnectionsCRUD(t *testing.T) {
 		{map[string]any{"kind": "consumer", "name": "x", "subscriptions": []any{map[string]any{"topic": "som.a*"}}}, "subscriptions[0].topic"},
 		{map[string]any{"kind": "consumer", "name": "x", "subscriptions": []any{map[string]any{"topic": "som.>", "producers": []string{"nope"}}}}, "producers"},
 		{map[string]any{"kind": "consumer", "name": "x", "subscriptions": []any{map[string]any{"producers": []string{pc.ID}}}}, "topic"},
+		{map[string]any{"kind": "consumer", "name": "x", "subscriptions": []any{map[string]any{"topic": "som.>", "producers": []string{pc.ID, pc.ID}}}}, "producers[1]"},
+		{map[string]any{"kind": "consumer", "name": "x", "subscriptions": []any{map[string]any{"topic": "som.>", "producers": []string{}}}}, "producers"},
 		{map[string]any{"kind": "producer", "name": "x", "subscriptions": []any{map[string]any{"topic": "som.>"}}}, "subscriptions"},
 	} {
 		b, _ := json.Marshal(c.body)
