@@ -48,12 +48,19 @@ func readManage(r *http.Request, v any) error {
 	return decodeStrict(b, v, bus.RuleManageBadRequest)
 }
 
-// readOptionalManage decodes a body that may be left out entirely.
+// readOptionalManage decodes a body that may be left out entirely. An empty
+// body is no parameters: with Content-Length 0 whatever its Content-Type
+// (clients often send "Content-Type: application/json" on every request),
+// or an empty application/json body of unknown length.
 func readOptionalManage(r *http.Request, v any) error {
-	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+	if r.ContentLength == 0 {
 		return nil
 	}
-	return readManage(r, v)
+	b, err := readBody(r, bodyOptions{limit: limitManage, rule: bus.RuleManageBadRequest})
+	if err != nil || len(b) == 0 {
+		return err
+	}
+	return decodeStrict(b, v, bus.RuleManageBadRequest)
 }
 
 // noQuery refuses query parameters on routes that take none.

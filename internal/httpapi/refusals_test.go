@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -197,9 +198,20 @@ func TestManageBodies(t *testing.T) {
 	// No user was made either: the email is still free.
 	n.do(t, "POST", "/v1/manage/users", opKey, map[string]any{"name": "x", "email": "x@example.com"}).Must(t, 201)
 
-	// Routes without parameters take no body or {}.
+	// Routes without parameters take no body, an empty one, or {}.
 	n.do(t, "POST", connPath(ws, c.ID)+"/revoke", opKey, "{}").Must(t, 200)
 	n.do(t, "POST", connPath(ws, c.ID)+"/restore", opKey, nil).Must(t, 200)
+	n.do(t, "POST", connPath(ws, c.ID)+"/revoke", opKey, "").Must(t, 200) // Content-Type: application/json, no bytes
+	n.raw(t, "POST", connPath(ws, c.ID)+"/restore", []byte{}, map[string]string{"Authorization": "Bearer " + opKey, "Content-Type": "text/plain"}).Must(t, 200)
+	chunked, _ := http.NewRequest("POST", n.URL+connPath(ws, c.ID)+"/secret/rotate", io.MultiReader(strings.NewReader("")))
+	chunked.Header.Set("Content-Type", "application/json")
+	chunked.Header.Set("Authorization", "Bearer "+opKey)
+	var rot bus.SecretIssued
+	n.send(t, chunked).Must(t, 201).Decode(t, &rot)
+	if got := n.getConn(t, ws, c.ID); got.Secret.PreviousExpiresAt == nil || *got.Secret.PreviousExpiresAt != bus.FormatTime(t0.Add(24*time.Hour)) {
+		t.Errorf("rotate with an empty body: previous_expires_at %v, want the 24h default", got.Secret.PreviousExpiresAt)
+	}
+	wantRefusal(t, n.do(t, "POST", connPath(ws, c.ID)+"/secret/stop-previous", opKey, "  "), 400, "manage.bad_request")
 	// Query strings on management routes.
 	wantRefusal(t, n.do(t, "GET", connPath(ws, c.ID)+"?verbose=1", opKey, nil), 400, "manage.bad_request")
 }
