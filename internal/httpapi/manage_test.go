@@ -45,34 +45,35 @@ func TestManageRoles(t *testing.T) {
 		min          bus.Role
 		body         any
 		want         int
-		secret       bool // the connection needs an active secret
+		action       string // the audit action of a change ("" writes nothing here)
+		secret       bool   // the connection needs an active secret
 		producer     bool
 	}
 	routes := []route{
 		{method: "GET", path: "", min: bus.RoleViewer, want: 200},
-		{method: "PUT", path: "/members/{u}", min: bus.RoleOwner, body: map[string]any{"role": "developer"}, want: 200},
-		{method: "DELETE", path: "/members/{u}", min: bus.RoleOwner, want: 204},
-		{method: "POST", path: "/connections", min: bus.RoleAdmin, body: map[string]any{"kind": "consumer", "name": "new"}, want: 201},
+		{method: "PUT", path: "/members/{u}", min: bus.RoleOwner, body: map[string]any{"role": "developer"}, action: "member.set", want: 200},
+		{method: "DELETE", path: "/members/{u}", min: bus.RoleOwner, action: "member.remove", want: 204},
+		{method: "POST", path: "/connections", min: bus.RoleAdmin, body: map[string]any{"kind": "consumer", "name": "new"}, action: "connection.create", want: 201},
 		{method: "GET", path: "/connections", min: bus.RoleViewer, want: 200},
 		{method: "GET", path: "/connections?kind=consumer", min: bus.RoleViewer, want: 200},
 		{method: "GET", path: "/connections/{c}", min: bus.RoleViewer, want: 200},
-		{method: "PATCH", path: "/connections/{c}", min: bus.RoleAdmin, body: map[string]any{"name": "renamed"}, want: 200},
-		{method: "DELETE", path: "/connections/{c}", min: bus.RoleAdmin, want: 204},
-		{method: "POST", path: "/connections/{c}/secret", min: bus.RoleDeveloper, want: 201},
-		{method: "POST", path: "/connections/{c}/secret/rotate", min: bus.RoleDeveloper, body: map[string]any{"overlap": "1h"}, want: 201, secret: true},
+		{method: "PATCH", path: "/connections/{c}", min: bus.RoleAdmin, body: map[string]any{"name": "renamed"}, action: "connection.update", want: 200},
+		{method: "DELETE", path: "/connections/{c}", min: bus.RoleAdmin, action: "connection.remove", want: 204},
+		{method: "POST", path: "/connections/{c}/secret", min: bus.RoleDeveloper, action: "secret.issue", want: 201},
+		{method: "POST", path: "/connections/{c}/secret/rotate", min: bus.RoleDeveloper, body: map[string]any{"overlap": "1h"}, action: "secret.rotate", want: 201, secret: true},
 		{method: "POST", path: "/connections/{c}/secret/stop-previous", min: bus.RoleDeveloper, want: 200, secret: true},
-		{method: "POST", path: "/connections/{c}/secret/revoke", min: bus.RoleDeveloper, want: 200, secret: true},
-		{method: "POST", path: "/connections/{c}/revoke", min: bus.RoleAdmin, want: 200},
+		{method: "POST", path: "/connections/{c}/secret/revoke", min: bus.RoleDeveloper, action: "secret.revoke", want: 200, secret: true},
+		{method: "POST", path: "/connections/{c}/revoke", min: bus.RoleAdmin, action: "connection.revoke", want: 200},
 		{method: "POST", path: "/connections/{c}/restore", min: bus.RoleAdmin, want: 200},
 		{method: "GET", path: "/connections/{c}/dead-letters", min: bus.RoleViewer, want: 200},
-		{method: "POST", path: "/connections/{c}/dead-letters/redrive", min: bus.RoleDeveloper, want: 200},
-		{method: "POST", path: "/connections/{c}/purge", min: bus.RoleAdmin, want: 200},
-		{method: "PUT", path: "/connections/{c}/skills", min: bus.RoleAdmin, body: map[string]any{"registrations": []any{}}, want: 200},
+		{method: "POST", path: "/connections/{c}/dead-letters/redrive", min: bus.RoleDeveloper, action: "dead_letters.redrive", want: 200},
+		{method: "POST", path: "/connections/{c}/purge", min: bus.RoleAdmin, action: "queue.purge", want: 200},
+		{method: "PUT", path: "/connections/{c}/skills", min: bus.RoleAdmin, body: map[string]any{"registrations": []any{}}, action: "skills.update", want: 200},
 		{method: "GET", path: "/connections/{c}/skills", min: bus.RoleViewer, want: 200},
 		{method: "GET", path: "/connections/{c}/usage", min: bus.RoleViewer, want: 200},
 		{method: "GET", path: "/audit", min: bus.RoleAdmin, want: 200},
-		{method: "POST", path: "/connections/{c}/secret", min: bus.RoleDeveloper, want: 201, producer: true},
-		{method: "PATCH", path: "/connections/{c}", min: bus.RoleAdmin, body: map[string]any{"name": "renamed"}, want: 200, producer: true},
+		{method: "POST", path: "/connections/{c}/secret", min: bus.RoleDeveloper, action: "secret.issue", want: 201, producer: true},
+		{method: "PATCH", path: "/connections/{c}", min: bus.RoleAdmin, body: map[string]any{"name": "renamed"}, action: "connection.update", want: 200, producer: true},
 	}
 	for _, rt := range routes {
 		name := rt.method + " " + rt.path
@@ -136,6 +137,13 @@ func TestManageRoles(t *testing.T) {
 				t.Fatalf("refused calls wrote %d audit entries", after-before)
 			}
 			n.do(t, rt.method, path, keys[rt.min], rt.body).Must(t, rt.want)
+			es := n.auditLog(t, ws)
+			if rt.action != "" && (len(es) != before+1 || es[0].Action != rt.action || es[0].Actor != userIDs[rt.min]) {
+				t.Errorf("audit after the change: %+v, want one %s by %s", es[:len(es)-before], rt.action, userIDs[rt.min])
+			}
+			if rt.action == "" && len(es) != before {
+				t.Errorf("%s wrote %v", name, actions(es[:len(es)-before]))
+			}
 			// Roles above the minimum pass too (reads only: changes are not repeatable).
 			if rt.method == "GET" {
 				for _, r := range roles[slices.Index(roles, rt.min):] {
@@ -283,6 +291,28 @@ func TestUsersAndKeys(t *testing.T) {
 	// log; the log lines hold nothing either).
 	if strings.Contains(n.logs.String(), k.APIKey) {
 		t.Errorf("API key in the log")
+	}
+	// Changes outside any workspace are audited too (in the store: no
+	// workspace's log shows them), without the keys.
+	var es []bus.AuditEntry
+	if err := n.Server.Store().View(ctx(t), func(tx bus.Tx) error {
+		var err error
+		es, err = tx.AuditList("", 100, "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Action+" "+e.Target)
+		b, _ := json.Marshal(e)
+		if strings.Contains(string(b), k.APIKey) || strings.Contains(string(b), k2.APIKey) || strings.Contains(string(b), opKey) {
+			t.Errorf("audit entry holds a key: %s", b)
+		}
+	}
+	want := []string{"key.create " + u.ID, "key.create " + u.ID, "user.create " + u.ID, "user.create " + n.whoami(t, opKey)}
+	if !slices.Equal(got, want) {
+		t.Errorf("installation audit %v, want %v", got, want)
 	}
 }
 
