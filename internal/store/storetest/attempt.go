@@ -14,6 +14,7 @@ var attemptTests = []test{
 	{"WindowExpiry", testAttemptWindow},
 	{"EmptyReceiveRecordsNothing", testAttemptEmpty},
 	{"ScopedToQueue", testAttemptPerQueue},
+	{"ReplayedFlag", testAttemptReplayedFlag},
 }
 
 // wantSameDeliveries wants got to be the deliveries of want (any order),
@@ -151,4 +152,38 @@ func testAttemptPerQueue(e *env) {
 	}
 	wantSameDeliveries(e, e.receiveAttempt(q2, 10, time.Minute, "same", at(2*time.Second)), d2)
 	wantSameDeliveries(e, e.receiveAttempt(f.Q, 10, time.Minute, "same", at(2*time.Second)), d1)
+}
+
+// testAttemptReplayedFlag: ReceiveResult.Replayed is true exactly when an
+// attempt record was found and replayed, even when nothing of it is still
+// in flight.
+func testAttemptReplayedFlag(e *env) {
+	f := e.fixture(5)
+	recv := func(attempt string, window time.Duration, now time.Time) *bus.ReceiveResult {
+		e.t.Helper()
+		return e.receiveP(bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Minute, AttemptID: attempt, AttemptWindow: window, Now: now})
+	}
+	want := func(what string, r *bus.ReceiveResult, replayed bool) {
+		e.t.Helper()
+		if r.Replayed != replayed {
+			e.t.Errorf("%s: Replayed = %v, want %v", what, r.Replayed, replayed)
+		}
+	}
+	want("empty receive with an attempt id", recv("att", attemptWindow, T0), false)
+	want("empty receive with the same id again (nothing was recorded)", recv("att", attemptWindow, T0), false)
+	e.pub(f, T0, "a", "a1")
+	r := recv("att", attemptWindow, at(time.Second))
+	wantIDs(e.t, r.Deliveries, "a1")
+	want("fresh receive that took a1", r, false)
+	r = recv("att", attemptWindow, at(2*time.Second))
+	wantIDs(e.t, r.Deliveries, "a1")
+	want("replay", r, true)
+	e.ackOK(f.Q, at(3*time.Second), r.Deliveries[0].Handle)
+	r = recv("att", attemptWindow, at(4*time.Second))
+	wantIDs(e.t, r.Deliveries)
+	want("replay with nothing in flight", r, true)
+	r = recv("", attemptWindow, at(5*time.Second))
+	want("receive without an attempt id", r, false)
+	r = recv("att", attemptWindow, at(time.Second+attemptWindow))
+	want("receive after the attempt window", r, false)
 }

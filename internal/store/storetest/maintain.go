@@ -12,6 +12,7 @@ var maintainTests = []test{
 	{"AttemptRecordsExpire", testMaintainAttempts},
 	{"DedupRecordsExpire", testMaintainDedup},
 	{"AckRecordsExpire", testMaintainAckRecords},
+	{"ZeroDurationsTurnPartsOff", testMaintainZero},
 	{"NothingToDo", func(e *env) {
 		f := e.fixture(5)
 		e.pub(f, T0, "a", "a1")
@@ -118,4 +119,26 @@ func testMaintainAckRecords(e *env) {
 	p.AckRecordWindow = time.Minute
 	e.maintain(p)
 	wantSettle(e.t, "re-ack after the ack record expired", e.ack(f.Q, at(4*time.Minute), d.Handle), false)
+}
+
+// testMaintainZero: a zero duration in MaintainParams turns its part off
+// (bus.MaintainParams); it never means "expire everything".
+func testMaintainZero(e *env) {
+	f := e.fixture(1)
+	e.deadLetter(f, T0, msg("dead", "d"))
+	e.pub(f, T0, "a", "a1", "a2")
+	d := e.receiveOne(f.Q, time.Minute, T0, "a1")
+	e.ackOK(f.Q, T0, d.Handle)
+	att := e.receiveAttempt(f.Q, 10, time.Hour, "att", T0)
+	wantIDs(e.t, att, "a2")
+	e.pub(f, T0, "b", "b1")
+	r := e.maintain(bus.MaintainParams{Now: at(time.Minute)})
+	if r.Expired != 0 || r.DeadLettered != 0 {
+		e.t.Errorf("Maintain with zero durations = %+v, want nothing done", r)
+	}
+	e.wantStats(f.Q, at(time.Minute), bus.QueueStats{Ready: 1, InFlight: 1, DeadLetters: 1, OldestReadyAgeSeconds: 60})
+	wantSameDeliveries(e, e.receiveAttempt(f.Q, 10, time.Hour, "att", at(time.Minute)), att)
+	e.ackOK(f.Q, at(time.Minute), d.Handle)
+	out := e.publish(f.WS, f.P, at(time.Minute), msg("b1", "b"))
+	wantOutcome(e, "publish after a Maintain with zero windows", out[0], true, 1)
 }
