@@ -146,6 +146,13 @@ func TestManageBodies(t *testing.T) {
 		return sendBody(t, n, rt.method, rt.path, body, ct)
 	}
 
+	// Exactly 1 MiB is within the limit: refused for its content, not its size.
+	head, tail := `{"kind":"consumer","name":"`, `"}`
+	exact := head + strings.Repeat("x", 1<<20-len(head)-len(tail)) + tail
+	if status, msg := send(routes[3], []byte(exact), "application/json"); status != 400 || !strings.Contains(msg, "name") {
+		t.Errorf("a body of exactly 1 MiB: %d %q", status, msg)
+	}
+
 	// Wrong types, the field named.
 	for _, tc := range []struct {
 		rt    route
