@@ -41,6 +41,8 @@ type Checker struct {
 	clock  bus.Clock
 	ttl    time.Duration
 
+	verified verifiedCache // tokens whose signature was checked
+
 	mu    sync.Mutex
 	cache map[string]cacheEntry // by connection id
 	// gen counts Invalidate calls: a store read that started before one
@@ -70,10 +72,17 @@ func NewChecker(store bus.Store, signer *Signer, clock bus.Clock, ttl time.Durat
 //
 // Other errors (the store could not be read) are internal, not refusals.
 func (c *Checker) Check(ctx context.Context, token string, role bus.ConnectionKind, tenant, clientID string) (*Claims, error) {
-	claims, err := c.signer.Verify(token)
-	if err != nil {
-		return nil, err
+	claims, ok := c.verified.get(token, c.clock.Now())
+	if !ok {
+		var err error
+		if claims, err = c.signer.Verify(token); err != nil {
+			return nil, err
+		}
+		c.verified.put(token, claims, c.clock.Now())
 	}
+	// The cached claims are shared: work on a copy.
+	cp := *claims
+	claims = &cp
 	st, err := c.state(ctx, claims.ClientID)
 	if err != nil {
 		return nil, err

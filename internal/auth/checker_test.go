@@ -252,3 +252,27 @@ func TestCheckConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A token verified once is not verified again, but its expiry still holds.
+func TestCheckVerifiedTokenStillExpires(t *testing.T) {
+	e := newCheckEnv(t)
+	cons, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, cons)
+	for range 3 {
+		if _, err := e.checker.Check(context.Background(), tok, bus.KindConsumer, cons.WorkspaceID, cons.ID); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+	}
+	if _, ok := e.checker.verified.get(tok, e.clock.Now()); !ok {
+		t.Fatal("verified token not remembered")
+	}
+	e.clock.Advance(TokenLifetime + TokenLeeway + time.Second)
+	_, err := e.checker.Check(context.Background(), tok, bus.KindConsumer, cons.WorkspaceID, cons.ID)
+	if re, ok := bus.AsError(err); !ok || re.Rule() != bus.RuleUnauthenticated {
+		t.Fatalf("expired token: %v, want %s", err, bus.RuleUnauthenticated)
+	}
+	// A tampered copy of a remembered token is still refused.
+	if _, err := e.checker.Check(context.Background(), tok[:len(tok)-2]+"AA", bus.KindConsumer, cons.WorkspaceID, cons.ID); err == nil {
+		t.Fatal("tampered token accepted")
+	}
+}
