@@ -19,11 +19,21 @@ func (d Decision) SetHeaders(h http.Header) {
 		h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("RateLimit-Reset", strconv.FormatInt(d.Reset, 10))
+	} else {
+		// A tier without limits still answers with the headers API.md asks
+		// for on every answer of a limited route: a limit that is never
+		// reached, all of it remaining, nothing to wait for.
+		h.Set("RateLimit-Limit", unlimitedHeader)
+		h.Set("RateLimit-Remaining", unlimitedHeader)
+		h.Set("RateLimit-Reset", "0")
 	}
 	if !d.Allowed {
 		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
 	}
 }
+
+// unlimitedHeader is the RateLimit-Limit and -Remaining of an unlimited tier.
+const unlimitedHeader = "1000000000"
 
 // RetryAfterSeconds is a wait as the Retry-After header writes it: whole
 // seconds, rounded up, at least 1.
