@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,10 @@ type Store struct {
 
 var _ bus.Store = (*Store)(nil)
 
+// DefaultMaxConns is the pool size of a node whose URL does not set
+// pool_max_conns.
+const DefaultMaxConns = 20
+
 // maxAttempts is how often a transaction is run when it keeps failing with
 // a deadlock or serialization failure.
 const maxAttempts = 5
@@ -73,6 +78,14 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default, max(4, CPUs), is too few for a node: every
+		// request of a workspace route takes a connection for its rate
+		// limit and another for its store call, and long polls retry on
+		// wake-ups. An operator's pool_max_conns in the URL wins (see
+		// docs/several-nodes.md for sizing).
+		cfg.MaxConns = max(DefaultMaxConns, cfg.MaxConns)
 	}
 	rp := cfg.ConnConfig.RuntimeParams
 	// A session left idle inside a transaction pins the xmin horizon: no

@@ -61,6 +61,7 @@ func receive(ctx context.Context, tx pgx.Tx, w *waker, p *bus.ReceiveParams) (*b
 			return nil, err
 		}
 		if replay != nil {
+			res.Replayed = true // final, even when nothing is still in flight
 			if res.Deliveries, err = replayAttempt(ctx, tx, p, now, visAt, replay); err != nil {
 				return nil, err
 			}
@@ -352,38 +353,73 @@ func advance(ctx context.Context, tx pgx.Tx, w *waker, now int64, ids []int64) (
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `WITH nxt AS (
-			SELECT DISTINCT ON (story_id) story_id, seq, enqueued_at FROM messages
-			WHERE story_id = ANY($1) ORDER BY story_id, seq
-		)
-		UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
-		FROM nxt WHERE s.id = nxt.story_id
-		RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`, ids)
+	rows, err := tx.Query(ctx, advanceSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("advance: %w", err)
 	}
+	heads, _, err := advanced(ctx, tx, w, now, ids, rows)
+	return heads, err
+}
+
+// advanceSQL moves the stories $1 to their smallest remaining message.
+const advanceSQL = `WITH nxt AS (
+		SELECT DISTINCT ON (story_id) story_id, seq, enqueued_at FROM messages
+		WHERE story_id = ANY($1) ORDER BY story_id, seq
+	)
+	UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
+	FROM nxt WHERE s.id = nxt.story_id
+	RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`
+
+// advanced reads the rows of advanceSQL run on ids, wakes the queues that
+// got a ready head and deletes the stories left without a message. It
+// returns the new heads and the stories whose new head is ready now.
+func advanced(ctx context.Context, tx pgx.Tx, w *waker, now int64, ids []int64, rows pgx.Rows) (map[int64]int64, map[int64]bool, error) {
+	heads, ready, err := collectAdvanced(w, now, rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := deleteEmptied(ctx, tx, ids, heads); err != nil {
+		return nil, nil, err
+	}
+	return heads, ready, nil
+}
+
+// collectAdvanced reads the rows of advanceSQL: the new heads, and the
+// stories whose new head is ready now (their queues are woken).
+func collectAdvanced(w *waker, now int64, rows pgx.Rows) (map[int64]int64, map[int64]bool, error) {
+	defer rows.Close()
 	heads := map[int64]int64{}
-	advanced := []int64{} // not nil: nil would be NULL in NOT (id = ANY($2))
+	ready := map[int64]bool{}
 	for rows.Next() {
 		var id, head, vis int64
 		var q string
 		if err := rows.Scan(&id, &q, &head, &vis); err != nil {
-			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		advanced = append(advanced, id)
 		heads[id] = head
 		if vis <= now {
 			w.wake(q)
+			ready[id] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("advance: %w", err)
+		return nil, nil, fmt.Errorf("advance: %w", err)
 	}
-	if len(advanced) < len(ids) {
-		if _, err := tx.Exec(ctx, `DELETE FROM stories WHERE id = ANY($1) AND NOT (id = ANY($2))`, ids, advanced); err != nil {
-			return nil, fmt.Errorf("advance: delete empty stories: %w", err)
-		}
+	return heads, ready, nil
+}
+
+// deleteEmptied deletes the stories of ids that advanceSQL did not move
+// (no message left).
+func deleteEmptied(ctx context.Context, tx pgx.Tx, ids []int64, heads map[int64]int64) error {
+	if len(heads) == len(ids) {
+		return nil
 	}
-	return heads, nil
+	moved := make([]int64, 0, len(heads)) // not nil: nil would be NULL in NOT (id = ANY($2))
+	for id := range heads {
+		moved = append(moved, id)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM stories WHERE id = ANY($1) AND NOT (id = ANY($2))`, ids, moved); err != nil {
+		return fmt.Errorf("advance: delete empty stories: %w", err)
+	}
+	return nil
 }

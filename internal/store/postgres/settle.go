@@ -88,6 +88,9 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 		return nil, fmt.Errorf("lock stories: %w", err)
 	}
 
+	if ack {
+		return ackLocked(ctx, tx, w, p, live)
+	}
 	limit := math.MaxInt32
 	if !ack {
 		switch l, err := attemptLimit(ctx, tx, p.QueueID); {
@@ -185,4 +188,120 @@ func mergeWoken(w, from *waker) {
 	for q := range from.queues {
 		w.wake(q)
 	}
+}
+
+// ackLocked is MessageAck once the stories are locked. The handles that
+// acknowledge a live head are settled together, in one pipeline of three
+// statements whatever their number (delete the messages, write the ack
+// records, advance the stories), instead of three or four round trips a
+// handle. Results are those of settling the handles one by one in order:
+// a handle is judged against the stories as the handles before it left
+// them, so a handle on a story already acknowledged in this call waits for
+// the batch and is judged against the story's new state.
+func ackLocked(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, live map[int64]*liveStory) ([]bus.SettleResult, error) {
+	now := ms(p.Now)
+	out := make([]bus.SettleResult, len(p.Handles))
+	fail := func(msg string) bus.SettleResult {
+		return bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msg}
+	}
+	// judge settles a handle that does not acknowledge a live head: only a
+	// repeated ack of the same delivery succeeds.
+	judge := func(h bus.Handle) (bus.SettleResult, error) {
+		st := live[h.StoryID]
+		if st != nil && st.head == h.Seq {
+			return fail(msgReceived), nil // st.nonce != h.Nonce
+		}
+		var acked bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ack_records
+			WHERE queue_id = $1 AND story_id = $2 AND seq = $3 AND nonce = $4)`,
+			h.QueueID, h.StoryID, h.Seq, h.Nonce).Scan(&acked); err != nil {
+			return bus.SettleResult{}, fmt.Errorf("ack record: %w", err)
+		}
+		if acked {
+			return bus.SettleResult{OK: true}, nil
+		}
+		return fail(msgNotInFlight), nil
+	}
+
+	var valid, later []int
+	acking := map[int64]bool{}
+	for i, h := range p.Handles {
+		if h.QueueID != p.QueueID {
+			out[i] = fail(msgOtherQueue)
+			continue
+		}
+		if acking[h.StoryID] {
+			later = append(later, i)
+			continue
+		}
+		if st := live[h.StoryID]; st != nil && st.head == h.Seq && st.nonce == h.Nonce {
+			valid = append(valid, i)
+			acking[h.StoryID] = true
+			continue
+		}
+		r, err := judge(h)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	if len(valid) > 0 {
+		sids, seqs, nonces := make([]int64, len(valid)), make([]int64, len(valid)), make([]int64, len(valid))
+		for k, i := range valid {
+			h := p.Handles[i]
+			sids[k], seqs[k], nonces[k] = h.StoryID, h.Seq, h.Nonce
+		}
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM messages m USING unnest($1::bigint[], $2::bigint[]) AS h(sid, seq)
+			WHERE m.story_id = h.sid AND m.seq = h.seq`, sids, seqs)
+		b.Queue(`INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
+			SELECT $1, sid, seq, nonce, $5 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS h(sid, seq, nonce)
+			ON CONFLICT (queue_id, story_id, seq) DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at`,
+			p.QueueID, sids, seqs, nonces, now)
+		// A later statement than the delete: it sees the story's remaining
+		// messages, every one committed before our lock included.
+		b.Queue(advanceSQL, sids)
+		br := tx.SendBatch(ctx, b)
+		var heads map[int64]int64
+		var ready map[int64]bool
+		_, err := br.Exec()
+		if err != nil {
+			err = fmt.Errorf("delete messages: %w", err)
+		} else if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("ack records: %w", err)
+		} else {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				// advanced's own statement (deleting emptied stories) must
+				// wait for the batch to close: read the rows first.
+				heads, ready, err = collectAdvanced(w, now, rows)
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := deleteEmptied(ctx, tx, sids, heads); err != nil {
+			return nil, err
+		}
+		for _, i := range valid {
+			sid := p.Handles[i].StoryID
+			out[i] = bus.SettleResult{OK: true, Woken: ready[sid]}
+			if head, ok := heads[sid]; ok {
+				*live[sid] = liveStory{head: head}
+			} else {
+				delete(live, sid)
+			}
+		}
+	}
+	for _, i := range later {
+		r, err := judge(p.Handles[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
 }
