@@ -27,15 +27,17 @@ type checker struct {
 	next      map[string]int    // story (or story/producer) -> next index expected
 	delivered map[string]int    // message id -> deliveries
 	errs      int
+	stop      context.CancelFunc // ends the workers at the first broken rule
 }
 
-func newChecker(t *testing.T) *checker {
-	return &checker{t: t, inFlight: map[string]string{}, next: map[string]int{}, delivered: map[string]int{}}
+func newChecker(t *testing.T, stop context.CancelFunc) *checker {
+	return &checker{t: t, inFlight: map[string]string{}, next: map[string]int{}, delivered: map[string]int{}, stop: stop}
 }
 
 func (c *checker) errorf(format string, args ...any) {
 	c.t.Helper()
 	c.errs++
+	c.stop()
 	if c.errs <= 20 {
 		c.t.Errorf(format, args...)
 	}
@@ -98,10 +100,10 @@ func testConcurrentReceiveAck(e *env) {
 		fmt.Sscanf(d.MessageID, "s%03d-%02d", &s, &i)
 		return d.CorrelationID, i
 	}
-	c := newChecker(e.t)
 	var acked atomic.Int64
 	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
 	defer cancel()
+	c := newChecker(e.t, cancel)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -131,7 +133,9 @@ func testConcurrentReceiveAck(e *env) {
 				c.settling(r.Deliveries)
 				res, err := e.s.MessageAck(ctx, &bus.SettleParams{QueueID: f.Q, Handles: hs, Now: now})
 				if err != nil {
-					e.t.Errorf("MessageAck: %v", err)
+					if ctx.Err() == nil {
+						e.t.Errorf("MessageAck: %v", err)
+					}
 					return
 				}
 				for i, x := range res {
@@ -144,6 +148,9 @@ func testConcurrentReceiveAck(e *env) {
 		})
 	}
 	wg.Wait()
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
 	if ctx.Err() != nil {
 		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
 	}
@@ -179,10 +186,10 @@ func testConcurrentPublishReceive(e *env) {
 		fmt.Sscanf(d.MessageID, "p%d-%d", &p, &i)
 		return fmt.Sprintf("%s/p%d", d.CorrelationID, p), i / stories
 	}
-	c := newChecker(e.t)
 	var acked atomic.Int64
 	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
 	defer cancel()
+	c := newChecker(e.t, cancel)
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Go(func() {
@@ -190,7 +197,9 @@ func testConcurrentPublishReceive(e *env) {
 				m := msg(fmt.Sprintf("p%d-%d", p, i), fmt.Sprintf("story-%d", i%stories))
 				out, err := e.s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: f.WS, ProducerID: ps[p], Messages: []bus.PublishMessage{m}, Now: now, DedupWindow: dedupWindow})
 				if err != nil {
-					e.t.Errorf("MessagePublish: %v", err)
+					if ctx.Err() == nil {
+						e.t.Errorf("MessagePublish: %v", err)
+					}
 					return
 				}
 				if len(out) != 1 || out[0].Deliveries != 1 || out[0].Duplicate {
@@ -221,7 +230,9 @@ func testConcurrentPublishReceive(e *env) {
 				c.settling(r.Deliveries)
 				res, err := e.s.MessageAck(ctx, &bus.SettleParams{QueueID: f.Q, Handles: hs, Now: now})
 				if err != nil {
-					e.t.Errorf("MessageAck: %v", err)
+					if ctx.Err() == nil {
+						e.t.Errorf("MessageAck: %v", err)
+					}
 					return
 				}
 				for i, x := range res {
@@ -234,6 +245,9 @@ func testConcurrentPublishReceive(e *env) {
 		})
 	}
 	wg.Wait()
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
 	if ctx.Err() != nil {
 		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
 	}
@@ -266,14 +280,15 @@ func testConcurrentNack(e *env) {
 	seen := map[string]int{} // message -> deliveries
 	next := map[string]int{} // story -> next index to be acknowledged
 	var errs atomic.Int32
+	var acked atomic.Int64
+	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
+	defer cancel()
 	fail := func(format string, args ...any) {
+		cancel() // stop at the first broken rule
 		if errs.Add(1) <= 20 {
 			e.t.Errorf(format, args...)
 		}
 	}
-	var acked atomic.Int64
-	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
-	defer cancel()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -337,7 +352,9 @@ func testConcurrentNack(e *env) {
 						res, err = e.s.MessageAck(ctx, p)
 					}
 					if err != nil {
-						e.t.Errorf("settle: %v", err)
+						if ctx.Err() == nil {
+							e.t.Errorf("settle: %v", err)
+						}
 						return
 					}
 					for _, r := range res {
@@ -353,6 +370,9 @@ func testConcurrentNack(e *env) {
 		})
 	}
 	wg.Wait()
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
 	if ctx.Err() != nil {
 		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
 	}
