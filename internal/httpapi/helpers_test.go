@@ -57,7 +57,7 @@ func start(t *testing.T) *node {
 
 func startWith(t *testing.T, o servertest.Options) *node {
 	t.Helper()
-	dir := fastTempDir(t)
+	dir := servertest.TempDir(t)
 	logs := &syncBuffer{}
 	if o.Store == "" {
 		o.Store = "sqlite:" + filepath.Join(dir, "sombus.db")
@@ -67,18 +67,6 @@ func startWith(t *testing.T, o servertest.Options) *node {
 	}
 	n := &node{Node: servertest.Start(t, o), dir: dir, logs: logs}
 	return n
-}
-
-// fastTempDir is a temporary directory in memory (/dev/shm) when there is
-// one: the store syncs every commit to disk (synchronous=FULL), which on a
-// slow disk makes these tests wait far more than they work.
-func fastTempDir(t *testing.T) string {
-	t.Helper()
-	if dir, err := os.MkdirTemp("/dev/shm", "sombus-httpapi-"); err == nil {
-		t.Cleanup(func() { _ = os.RemoveAll(dir) })
-		return dir
-	}
-	return t.TempDir()
 }
 
 // advance moves the node's clock.

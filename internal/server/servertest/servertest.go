@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ const BootstrapKey = "sbk_test-bootstrap-key-0123456789abcdef"
 
 // Options tune a test node.
 type Options struct {
-	// Store is a --store value; "" is a fresh SQLite file in t.TempDir().
+	// Store is a --store value; "" is a fresh SQLite file in TempDir(t).
 	Store string
 	// Clock drives every rule; nil is a ManualClock at a fixed instant.
 	Clock bus.Clock
@@ -44,6 +45,20 @@ type Options struct {
 	// ValidateOpenAPI checks every answer Send reads against the OpenAPI
 	// document (openapitest.Validate), failing the node's test on a mismatch.
 	ValidateOpenAPI bool
+}
+
+// TempDir is a temporary directory in memory (/dev/shm) when the machine
+// has one, else t.TempDir(): the SQLite store syncs every commit
+// (synchronous=FULL), and on a slow disk tests would wait far more than they
+// work. Tests of durability across restarts still pass on it (the process
+// stops, the memory does not); pick t.TempDir() to test the disk itself.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	if dir, err := os.MkdirTemp("/dev/shm", "sombus-test-"); err == nil {
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		return dir
+	}
+	return t.TempDir()
 }
 
 // Node is a running test node.
@@ -71,7 +86,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func Start(t testing.TB, o Options) *Node {
 	t.Helper()
 	if o.Store == "" {
-		o.Store = "sqlite:" + filepath.Join(t.TempDir(), "sombus.db")
+		o.Store = "sqlite:" + filepath.Join(TempDir(t), "sombus.db")
 	}
 	if o.Clock == nil {
 		o.Clock = bus.NewManualClock(time.Date(2026, 9, 25, 10, 15, 2, 114e6, time.UTC))
