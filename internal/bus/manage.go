@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -143,6 +144,11 @@ func checkName(field, v string) error {
 	}
 	if utf8.RuneCountInString(v) > MaxNameLength || !utf8.ValidString(v) {
 		return Errorf(RuleManageBadRequest, "%s must be at most %d characters.", field, MaxNameLength)
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return Errorf(RuleManageBadRequest, "%s must not hold control characters.", field)
+		}
 	}
 	return nil
 }
@@ -410,6 +416,11 @@ func (s *Service) ListAudit(ctx context.Context, a *Actor, workspaceID string, l
 	})
 	if err != nil {
 		return AuditPage{}, fmt.Errorf("list audit: %w", err)
+	}
+	if cursor != "" && len(es) == 0 {
+		// A cursor this listing returned always has older entries (audit
+		// entries are never deleted): this one is from elsewhere.
+		return AuditPage{}, Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
 	}
 	page := AuditPage{Entries: es}
 	if len(es) > limit {
