@@ -4,11 +4,8 @@ import (
 	"crypto/ecdsa"
 	"crypto/x509"
 	"errors"
-	"io"
-	"log/slog"
 )
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func x509Parse(der []byte) (*ecdsa.PrivateKey, error) {
 	k, err := x509.ParsePKCS8PrivateKey(der)

@@ -245,6 +245,8 @@ func (s *Signer) Issue(c Claims) (token string, expiresIn int, err error) {
 }
 
 // Token refusal messages: what went wrong and what to do, never the token.
+//
+//nolint:gosec // G101 mistakes these sentences about tokens for credentials
 const (
 	msgTokenMissing   = "Missing access token: send the header \"Authorization: Bearer <access_token>\" with a token from POST /v1/oauth/token."
 	msgTokenMalformed = "Access token is malformed: send the access_token from POST /v1/oauth/token unchanged."

@@ -201,7 +201,7 @@ func TestDailyQuota(t *testing.T) {
 		t.Fatalf("Err() = %#v", e)
 	}
 	want := "Daily quota of 100,000 requests exceeded for this connection; it resets at 00:00 UTC, retry after " +
-		(time.Duration((wait+time.Second-1)/time.Second) * time.Second).String() + "."
+		(((wait + time.Second - 1) / time.Second) * time.Second).String() + "."
 	if e.Violations[0].Message != want {
 		t.Errorf("message %q, want %q", e.Violations[0].Message, want)
 	}

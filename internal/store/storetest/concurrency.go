@@ -97,7 +97,7 @@ func testConcurrentReceiveAck(e *env) {
 	now := at(time.Second)
 	orderKey := func(d bus.Delivery) (string, int) {
 		var s, i int
-		fmt.Sscanf(d.MessageID, "s%03d-%02d", &s, &i)
+		_, _ = fmt.Sscanf(d.MessageID, "s%03d-%02d", &s, &i)
 		return d.CorrelationID, i
 	}
 	var acked atomic.Int64
@@ -183,7 +183,7 @@ func testConcurrentPublishReceive(e *env) {
 	now := at(time.Second)
 	orderKey := func(d bus.Delivery) (string, int) {
 		var p, i int
-		fmt.Sscanf(d.MessageID, "p%d-%d", &p, &i)
+		_, _ = fmt.Sscanf(d.MessageID, "p%d-%d", &p, &i)
 		return fmt.Sprintf("%s/p%d", d.CorrelationID, p), i / stories
 	}
 	var acked atomic.Int64
@@ -312,7 +312,7 @@ func testConcurrentNack(e *env) {
 					}
 					inFlight[d.CorrelationID] = d.MessageID
 					var s, i int
-					fmt.Sscanf(d.MessageID, "s%03d-%02d", &s, &i)
+					_, _ = fmt.Sscanf(d.MessageID, "s%03d-%02d", &s, &i)
 					if i != next[d.CorrelationID] {
 						fail("%s delivered while #%d of its story is not acknowledged", d.MessageID, next[d.CorrelationID])
 					}

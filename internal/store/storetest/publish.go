@@ -339,7 +339,6 @@ func testDedupPerProducer(e *env) {
 func testStoryIDsNeverReused(e *env) {
 	f := e.fixture(5)
 	seen := map[int64]bool{}
-	var old []bus.Handle
 	for i := range 3 {
 		now := at(time.Duration(i) * time.Second)
 		e.pub(f, now, "s", fmt.Sprintf("m%d", i))
@@ -349,7 +348,6 @@ func testStoryIDsNeverReused(e *env) {
 		}
 		seen[d.Handle.StoryID] = true
 		e.ackOK(f.Q, now, d.Handle)
-		old = append(old, d.Handle)
 	}
 	// Purged stories too.
 	now := at(10 * time.Second)
