@@ -6,7 +6,6 @@ import (
 	"errors"
 )
 
-
 func x509Parse(der []byte) (*ecdsa.PrivateKey, error) {
 	k, err := x509.ParsePKCS8PrivateKey(der)
 	if err != nil {

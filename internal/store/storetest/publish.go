@@ -227,7 +227,7 @@ func testEnvelopeExact(e *env) {
 	}
 	for _, d := range ds {
 		var i int
-		fmt.Sscanf(d.MessageID, "m%d", &i)
+		_, _ = fmt.Sscanf(d.MessageID, "m%d", &i)
 		if !bytes.Equal(d.Envelope, envs[i]) {
 			e.t.Errorf("envelope of %s changed: got %d bytes %.80q, want %d bytes %.80q", d.MessageID, len(d.Envelope), d.Envelope, len(envs[i]), envs[i])
 		}
