@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -33,7 +35,18 @@ var payload = strings.Repeat("x", payloadSize)
 // with an HTTP client that keeps a connection per worker.
 func setup(b *testing.B) (*servertest.Node, *servertest.Pair) {
 	b.Helper()
-	n := servertest.Start(b, servertest.Options{Clock: bus.SystemClock{}})
+	// b.TempDir, not servertest's default (/dev/shm, where fsync costs
+	// nothing): the figures are to include the disk's commit latency.
+	dir := b.TempDir()
+	if d := os.Getenv("SOMBUS_BENCH_DIR"); d != "" {
+		dir, _ = os.MkdirTemp(d, "sombus-bench-")
+		b.Cleanup(func() { _ = os.RemoveAll(dir) }) // runs after the node's Close
+	}
+	store := "sqlite:" + filepath.Join(dir, "sombus.db")
+	if q := os.Getenv("SOMBUS_BENCH_SQLITE"); q != "" {
+		store += "?" + q
+	}
+	n := servertest.Start(b, servertest.Options{Store: store, Clock: bus.SystemClock{}})
 	n.HTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
 	u := map[string]any{"quota_tier": "unlimited"}
 	return n, n.NewPairWith(u, u)
