@@ -431,8 +431,10 @@ func testWakeUp(t *testing.T, a, b *node) {
 	}
 	slices.Sort(lat)
 	t.Logf("publish on A to long poll answered on B: %v", lat)
-	if lat[len(lat)/2] > 150*time.Millisecond || lat[len(lat)-1] > 500*time.Millisecond {
-		t.Fatalf("wake-up latencies %v: want a median under 150ms and none over 500ms (the fallback poll is 1s)", lat)
+	// Loose enough for a loaded CI machine, tight enough that B's fallback
+	// poll (once a second) cannot pass for a wake-up.
+	if lat[len(lat)/2] > 200*time.Millisecond || lat[len(lat)-1] > 800*time.Millisecond {
+		t.Fatalf("wake-up latencies %v: want a median under 200ms and none over 800ms (the fallback poll is 1s)", lat)
 	}
 }
 
