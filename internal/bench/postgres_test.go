@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,7 @@ const (
 
 var mpData = strings.Repeat("x", mpPayload)
 
-// mpNodes starts count nodes on store ("" for a fresh SQLite file) and
+// mpNodes starts count nodes on store (a --store value) and
 // makes a producer and a consumer on the unlimited tier; the pair's tokens
 // are good on every node.
 func mpNodes(b *testing.B, store string, count int) ([]*servertest.Node, *servertest.Pair) {
@@ -61,7 +62,9 @@ func mpNodes(b *testing.B, store string, count int) ([]*servertest.Node, *server
 // message is acknowledged. msgs/s is end-to-end throughput.
 func BenchmarkMessagePath(b *testing.B) {
 	b.Run("store=sqlite", func(b *testing.B) {
-		nodes, p := mpNodes(b, "", 1)
+		// On disk (b.TempDir), like PostgreSQL's data directory, not
+		// servertest's default in memory: both stores pay their fsyncs.
+		nodes, p := mpNodes(b, "sqlite:"+filepath.Join(b.TempDir(), "sombus.db"), 1)
 		mpRun(b, nodes, p)
 	})
 	b.Run("store=postgres/nodes=1", func(b *testing.B) {
