@@ -86,6 +86,10 @@ func (s *Service) Bootstrap(ctx context.Context, apiKey string) (created bool, e
 		return tx.AuditInsert(AuditEntry{ID: NewID(PrefixAudit), At: now, Actor: "system", Action: "user.create", Target: u.ID,
 			Details: map[string]any{"operator": true, "bootstrap": true}})
 	})
+	if errors.Is(err, ErrConflict) {
+		// Another node starting at the same moment created the operator.
+		return false, nil
+	}
 	return created, err
 }
 

@@ -47,6 +47,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // other error as a 500 "Internal error." logged with everything. 5xx are
 // logged loudly, 4xx quietly.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	if errors.Is(err, errClientGone) {
+		return // nobody is listening for an answer
+	}
 	e, ok := bus.AsError(err)
 	if !ok {
 		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -160,3 +163,6 @@ func jsonKind(k string) string {
 }
 
 var errInvalidJWKS = errors.New("jwks: signer produced invalid JSON")
+
+// errClientGone ends a request whose client went away: no answer, no log.
+var errClientGone = errors.New("client gone")
