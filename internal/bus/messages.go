@@ -216,12 +216,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 
 // ConsumerSkills reads a consumer's skill registrations for the pull API.
 func (s *Service) ConsumerSkills(ctx context.Context, connectionID string) (Skills, error) {
-	var sk Skills
-	err := s.store.View(ctx, func(tx Tx) error {
-		var err error
-		sk, err = tx.SkillsGet(connectionID)
-		return err
-	})
+	sk, err := s.readSkills(ctx, connectionID)
 	if err != nil {
 		s.log.ErrorContext(ctx, "read skills", "connection_id", connectionID, "err", err)
 		return Skills{}, &Error{Status: 503, RetryAfter: 5 * time.Second, Violations: []Violation{{Rule: RuleSkillsUnavailable, Message: "Your skill registrations could not be read; keep what you read last and retry after Retry-After."}}}
@@ -295,19 +290,37 @@ func (s *Service) GetSkills(ctx context.Context, a *Actor, workspaceID, id strin
 	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleViewer); err != nil {
 		return Skills{}, err
 	}
+	sk, err := s.readSkills(ctx, id)
+	if err != nil {
+		return Skills{}, fmt.Errorf("get skills: %w", err)
+	}
+	return sk, nil
+}
+
+// readSkills reads a connection's registrations; before the first put they
+// are empty and dated from the connection's creation, so updated_at is
+// always a time.
+func (s *Service) readSkills(ctx context.Context, connectionID string) (Skills, error) {
 	var sk Skills
 	err := s.store.View(ctx, func(tx Tx) error {
 		var err error
-		sk, err = tx.SkillsGet(id)
-		return err
+		sk, err = tx.SkillsGet(connectionID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if sk.UpdatedAt.IsZero() {
+			c, err := tx.ConnectionGet(connectionID)
+			if err != nil {
+				return err
+			}
+			sk.UpdatedAt = c.CreatedAt
+		}
+		return nil
 	})
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Skills{}, fmt.Errorf("get skills: %w", err)
-	}
 	if sk.Registrations == nil {
 		sk.Registrations = []SkillRegistration{}
 	}
-	return sk, nil
+	return sk, err
 }
 
 // DeadLetterPage is the answer of the dead-letter listing.

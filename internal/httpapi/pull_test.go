@@ -654,8 +654,8 @@ func TestSkills(t *testing.T) {
 		UpdatedAt     *string                 `json:"updated_at"`
 	}
 	n.Do("GET", cpath, p.ConsumTok, nil).Must(t, 200).Decode(t, &sk)
-	if sk.Registrations == nil || len(sk.Registrations) != 0 || sk.UpdatedAt != nil {
-		t.Errorf("before any put: %+v", sk)
+	if sk.Registrations == nil || len(sk.Registrations) != 0 || sk.UpdatedAt == nil || !strings.HasSuffix(*sk.UpdatedAt, "Z") {
+		t.Errorf("before any put: %+v (want no registrations, updated_at the connection's creation)", sk)
 	}
 	regs := []map[string]any{
 		{"instance_id": "i1", "skill": "summarise", "name": "Summary", "values": map[string]any{"lang": "en", "n": 3}, "authority_scale": 0},

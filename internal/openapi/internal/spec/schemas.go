@@ -223,9 +223,9 @@ func schemas() obj {
 				"authority_scale", integer(0, 100, ""),
 			)),
 		"Skills", closed("A consumer connection's skill registrations. Decision: until registrations were first put, "+
-			"`registrations` is empty and `updated_at` is null.", []string{"registrations", "updated_at"}, o(
+			"`registrations` is empty and `updated_at` is the connection's creation time.", []string{"registrations", "updated_at"}, o(
 			"registrations", array(ref("SkillRegistration"), ""),
-			"updated_at", nullableTime("When the registrations were last put; null before the first put."),
+			"updated_at", timeField("When the registrations were last put; before the first put, when the connection was created."),
 		)),
 		"SkillsPutRequest", closed("Replaces the registrations (an empty list clears them). Decision: at most 100 registrations, "+
 			"`instance_id` unique among them (400 `manage.bad_request` otherwise).", []string{"registrations"}, o(
