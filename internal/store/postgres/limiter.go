@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sombus/sombus/internal/limits"
 )
@@ -34,17 +34,18 @@ var _ limits.Limiter = (*Limiter)(nil)
 // node on this database.
 func (s *Store) Limiter() *Limiter { return &Limiter{s: s} }
 
-// The decision is one transaction in two round trips, sent as pipelines
-// without pgx.Tx (whose Begin and Commit would each be a round trip of
-// their own): BEGIN, make the row if missing and lock it; then, with
-// limits.Take computed in Go, the UPDATE and COMMIT. The row lock is held
-// for about one round trip, so one busy connection's requests queue on
-// their row briefly and no other connection's requests wait at all.
+// The decision is one statement, so one round trip: sombus_limit_take
+// (migration 0003) locks the key's row, applies limits.Take's arithmetic,
+// stores the next state and returns the state it found and the one it
+// stored. The Decision is then computed here by limits.Take on the state
+// found, and the state Take wants kept is checked against the one stored.
+// The row lock is held from the statement to its own commit, which does
+// not wait for the disk (see the migration), with no round trip in
+// between, so requests on one key queue on it only for microseconds.
 const (
-	limitEnsure = `INSERT INTO rate_limits (key) VALUES ($1) ON CONFLICT (key) DO NOTHING`
-	limitLock   = `SELECT bucket_full, bucket_interval, quota_day, quota_count FROM rate_limits WHERE key = $1 FOR UPDATE`
-	limitSave   = `UPDATE rate_limits SET bucket_full = $2, bucket_interval = $3, quota_day = $4, quota_count = $5 WHERE key = $1`
-	limitRead   = `SELECT bucket_full, bucket_interval, quota_day, quota_count FROM rate_limits WHERE key = $1`
+	limitTake = `SELECT old_full, old_iv, old_day, old_count, new_full, new_iv, new_day, new_count
+		FROM sombus_limit_take($1, $2, $3, $4, $5, $6)`
+	limitRead = `SELECT bucket_full, bucket_interval, quota_day, quota_count FROM rate_limits WHERE key = $1`
 	// limitSweep deletes the states that limits.State.Idle calls idle: the
 	// bucket is full again and nothing was counted today. Under READ
 	// COMMITTED a row that an Allow changed meanwhile is checked again in
@@ -59,86 +60,84 @@ func (l *Limiter) Allow(ctx context.Context, key string, tier limits.Tier, now t
 	if err := tier.Validate(); err != nil {
 		return limits.Decision{}, err
 	}
-	var d limits.Decision
-	for attempt := 1; ; attempt++ {
-		var found bool
-		var err error
-		d, found, err = l.take(ctx, key, tier, now)
-		if err != nil {
-			return limits.Decision{}, fmt.Errorf("postgres: limits: %w", interpretError(err))
-		}
-		if found {
-			break
-		}
-		// A sweep on another node deleted the idle row between our INSERT
-		// and our lock: the state was idle, so simply start again.
-		if attempt == maxAttempts {
-			return limits.Decision{}, errors.New("postgres: limits: state row keeps disappearing")
-		}
+	old, stored, err := l.take(ctx, key, tier, now)
+	if err != nil {
+		return limits.Decision{}, fmt.Errorf("postgres: limits: %w", interpretError(err))
+	}
+	next, d := limits.Take(old, tier, now)
+	if want := newRowState(next); !want.equal(stored) {
+		// The two copies of the arithmetic disagree: the decision stands
+		// (it is limits.Take's), the stored state is the database's.
+		l.s.logger.ErrorContext(ctx, "postgres: limits: sombus_limit_take stored another state than limits.Take",
+			"key", key, "tier", tier.Name, "stored", stored, "want", want)
 	}
 	l.maybeSweep(ctx, now)
 	return d, nil
 }
 
-// take runs one decision transaction; found is false when the row vanished.
-func (l *Limiter) take(ctx context.Context, key string, tier limits.Tier, now time.Time) (d limits.Decision, found bool, err error) {
-	conn, err := l.s.pool.Acquire(ctx)
-	if err != nil {
-		return d, false, err
-	}
-	defer func() {
-		if err != nil || !found {
-			rollback(conn)
+// rowState is a rate_limits row's state columns (nil: NULL).
+type rowState struct {
+	full, day *int64
+	iv, n     int64
+}
+
+// equal compares two row states by value.
+func (a rowState) equal(b rowState) bool {
+	eq := func(x, y *int64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
+	return eq(a.full, b.full) && eq(a.day, b.day) && a.iv == b.iv && a.n == b.n
+}
+
+// String shows a row state in logs.
+func (a rowState) String() string {
+	v := func(p *int64) string {
+		if p == nil {
+			return "NULL"
 		}
-		// pgxpool destroys a connection released inside a transaction.
-		conn.Release()
-	}()
+		return strconv.FormatInt(*p, 10)
+	}
+	return fmt.Sprintf("full=%s iv=%d day=%s count=%d", v(a.full), a.iv, v(a.day), a.n)
+}
 
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	// The commit need not wait for its WAL flush: a crash may forget the
-	// last few hundred milliseconds of counting (a few tokens come back
-	// early), which is harmless, and it spares every request of a workspace
-	// route a disk flush of its own. Atomicity and the row lock are as usual.
-	b.Queue(`SET LOCAL synchronous_commit TO OFF`)
-	b.Queue(limitEnsure, key)
-	b.Queue(limitLock, key)
-	br := conn.SendBatch(ctx, b)
-	var st limits.State
-	for range 3 { // BEGIN, SET LOCAL, INSERT
-		if err == nil {
-			_, err = br.Exec()
-		}
-	}
-	if err == nil {
-		st, err = scanState(br.QueryRow())
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, false, nil
-	}
-	if err != nil {
-		return d, false, err
-	}
-	found = true
-
-	st, d = limits.Take(st, tier, now)
-
+// newRowState is a limits.State as its row stores it.
+func newRowState(st limits.State) rowState {
 	full, iv, day, n := stateArgs(st)
-	b = &pgx.Batch{}
-	b.Queue(limitSave, key, full, iv, day, n)
-	b.Queue(`COMMIT`)
-	br = conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		_, err = br.Exec()
+	return rowState{full: full, iv: iv, day: day, n: n}
+}
+
+// toState reads a row state into a limits.State.
+func (a rowState) toState() limits.State {
+	var st limits.State
+	if a.full != nil {
+		st.Bucket.Full = time.Unix(0, *a.full).UTC()
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	st.Bucket.Interval = time.Duration(a.iv)
+	if a.day != nil {
+		st.Quota.Day = time.Unix(*a.day, 0).UTC()
 	}
-	return d, true, err
+	st.Quota.Count = a.n
+	return st
+}
+
+// take runs sombus_limit_take: the state it found for key (as a
+// limits.State) and the row state it stored.
+func (l *Limiter) take(ctx context.Context, key string, tier limits.Tier, now time.Time) (limits.State, rowState, error) {
+	now = now.UTC()
+	// UTC days are whole multiples of 24h since the zero time.
+	today := now.Truncate(24 * time.Hour).Unix()
+	var iv, burst, quota int64
+	if tier.RateLimited() {
+		iv, burst = int64(tier.Interval()), int64(tier.Burst)
+	}
+	if tier.HasQuota() {
+		quota = tier.DailyQuota
+	}
+	var old, stored rowState
+	err := l.s.pool.QueryRow(ctx, limitTake, key, now.UnixNano(), today, iv, burst, quota).Scan(
+		&old.full, &old.iv, &old.day, &old.n, &stored.full, &stored.iv, &stored.day, &stored.n)
+	if err != nil {
+		return limits.State{}, rowState{}, err
+	}
+	return old.toState(), stored, nil
 }
 
 // Usage implements limits.Limiter.
@@ -182,21 +181,11 @@ func (l *Limiter) maybeSweep(ctx context.Context, now time.Time) {
 
 // scanState reads a rate_limits row into a limits.State.
 func scanState(row pgx.Row) (limits.State, error) {
-	var full, day *int64
-	var iv, n int64
-	if err := row.Scan(&full, &iv, &day, &n); err != nil {
+	var r rowState
+	if err := row.Scan(&r.full, &r.iv, &r.day, &r.n); err != nil {
 		return limits.State{}, err
 	}
-	var st limits.State
-	if full != nil {
-		st.Bucket.Full = time.Unix(0, *full).UTC()
-	}
-	st.Bucket.Interval = time.Duration(iv)
-	if day != nil {
-		st.Quota.Day = time.Unix(*day, 0).UTC()
-	}
-	st.Quota.Count = n
-	return st, nil
+	return r.toState(), nil
 }
 
 // stateArgs are a limits.State's column values (NULL for zero times, which
@@ -211,17 +200,4 @@ func stateArgs(st limits.State) (full *int64, iv int64, day *int64, n int64) {
 		day = &v
 	}
 	return full, int64(st.Bucket.Interval), day, st.Quota.Count
-}
-
-// rollback ends whatever transaction conn may be in, so the pool can reuse
-// it; when that fails the connection is closed (Release then drops it).
-func rollback(conn *pgxpool.Conn) {
-	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
-		_ = conn.Conn().Close(ctx)
-	}
 }

@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -356,4 +358,63 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 	check("a minute later", "c", "198.51.100.2")
 	clock.Set(t0.Add(-time.Hour)) // the clock goes back: the window is not live
 	check("clock went back", "c", "198.51.100.2")
+}
+
+// TestLimitTakeMatchesGo runs sombus_limit_take (the arithmetic of
+// limits.Take in PL/pgSQL) and limits.Take over the same long sequences of
+// (tier, now) and wants, at every step, the same state found and the same
+// state kept, so the two copies cannot drift. The sequences mix tiers (tier
+// changes with intervals that do not divide each other, so the deficit is
+// converted and rounded), times to the nanosecond, bursts, idle gaps, UTC
+// midnights, clocks going back and tiers without a bucket or a quota.
+func TestLimitTakeMatchesGo(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	l := s.Limiter()
+	tiers := []limits.Tier{
+		limits.Standard(),
+		limits.Unlimited(),
+		{Name: "tiny", RatePerSecond: 2, Burst: 3, DailyQuota: 7},
+		{Name: "odd", RatePerSecond: 3, Burst: 5, DailyQuota: 40},
+		{Name: "seven", RatePerSecond: 7, Burst: 11},
+		{Name: "slow", RatePerSecond: 0.001, Burst: 2, DailyQuota: 1_000_000_000_000},
+		{Name: "fast", RatePerSecond: 1_000_000, Burst: 1_000_000},
+		{Name: "quota", DailyQuota: 5},
+		{Name: "gold", RatePerSecond: 100, Burst: 200, DailyQuota: 1_000_000},
+	}
+	midnight := time.Date(2026, 9, 26, 0, 0, 0, 0, time.UTC)
+	for seq := range 6 {
+		rng := mrand.New(mrand.NewPCG(uint64(seq), 42))
+		key := fmt.Sprintf("seq-%d", seq)
+		var st limits.State
+		now := midnight.Add(-time.Duration(rng.Int64N(int64(2 * time.Second))))
+		tier := tiers[rng.IntN(len(tiers))]
+		for step := range 400 {
+			switch r := rng.IntN(100); {
+			case r < 8:
+				tier = tiers[rng.IntN(len(tiers))]
+			case r < 10:
+				now = now.Add(-time.Duration(rng.Int64N(int64(time.Hour)))) // back
+			case r < 12:
+				now = now.Add(time.Duration(rng.Int64N(int64(30 * time.Hour)))) // a day or more
+			case r < 40:
+				// the same instant: a burst
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+			}
+			old, stored, err := l.take(t.Context(), key, tier, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, _ := limits.Take(st, tier, now)
+			if got, want := newRowState(old), newRowState(st); !got.equal(want) {
+				t.Fatalf("seq %d step %d (%s at %v): found %v, want %v", seq, step, tier.Name, now, got, want)
+			}
+			if want := newRowState(next); !stored.equal(want) {
+				t.Fatalf("seq %d step %d (%s at %v): stored %v, limits.Take keeps %v (from %v)",
+					seq, step, tier.Name, now, stored, want, newRowState(st))
+			}
+			st = next
+		}
+	}
 }
