@@ -79,20 +79,12 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// sendNotify sends the queue ids on notifyChannel through q. Inside a
-// transaction the notification is delivered only if it commits.
-func sendNotify(ctx context.Context, q execer, ids []string) error {
-	for _, p := range payloads(ids) {
-		if _, err := q.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', $1)`, p); err != nil {
-			return fmt.Errorf("notify: %w", err)
-		}
-	}
-	return nil
-}
-
-// notifier coalesces NotifyReady calls of one node: the first call opens a
-// batch, calls within coalesceWindow join it, and one pg_notify sends it.
-// Each caller waits for its batch to be sent and gets its error.
+// notifier coalesces the notifications of one node. NotifyReady calls:
+// the first call opens a batch, calls within coalesceWindow join it, and
+// one pg_notify sends it; each caller waits for its batch to be sent and
+// gets its error. The store's own wake-ups (post): sent by one goroutine,
+// one send at a time, without a window: the first goes out at once, and
+// the ids posted while a send is on its way go together in the next.
 type notifier struct {
 	s *Store
 
@@ -100,6 +92,69 @@ type notifier struct {
 	cur    *notifyBatch
 	closed bool
 	wg     sync.WaitGroup
+
+	pending map[string]struct{} // posted ids not yet being sent
+	sending bool                // the post sender goroutine runs
+}
+
+// post queues ids for the post sender and returns at once. A failed send
+// is logged: the listeners' fallback polls cover a lost notification.
+func (n *notifier) post(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	if n.pending == nil {
+		n.pending = map[string]struct{}{}
+	}
+	for _, id := range ids {
+		n.pending[id] = struct{}{}
+	}
+	if !n.sending {
+		n.sending = true
+		n.wg.Add(1)
+		go n.sendPosted()
+	}
+}
+
+// sendPosted sends the posted ids until none are left.
+func (n *notifier) sendPosted() {
+	defer n.wg.Done()
+	for {
+		n.mu.Lock()
+		if len(n.pending) == 0 {
+			n.sending = false
+			n.mu.Unlock()
+			return
+		}
+		w := waker{queues: n.pending}
+		n.pending = nil
+		n.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := sendNotify(ctx, n.s.pool, w.list()); err != nil {
+			n.s.logger.Warn("postgres: notify ready queues failed; other nodes' waiters poll", "err", interpretError(err))
+		}
+		cancel()
+	}
+}
+
+// sendNotify sends the queue ids on notifyChannel through q (a pool: each
+// payload is a statement of its own), in statements whose commit does not
+// wait for its WAL flush: a notification carries no data, and one a crash
+// loses only delays a wake-up until the fallback poll. The setting is
+// local to the statement's implicit transaction.
+func sendNotify(ctx context.Context, q execer, ids []string) error {
+	for _, p := range payloads(ids) {
+		if _, err := q.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify('`+notifyChannel+`', $1)`, p); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+	}
+	return nil
 }
 
 // notifyBatch is one coalesced send.
@@ -149,7 +204,8 @@ func (n *notifier) flushAfter(b *notifyBatch) {
 	close(b.done)
 }
 
-// close refuses new batches and waits for the open ones to be sent.
+// close refuses new batches and posts and waits for the open ones to be
+// sent.
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true

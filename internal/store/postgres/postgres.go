@@ -20,12 +20,21 @@
 //
 // Wake-ups: the store sends the notifications itself. MessagePublish,
 // MessageReceive (dead-letter moves), MessageAck, MessageNack,
-// DeadLetterRedrive and Maintain each call pg_notify('sombus_ready', ids)
-// once, inside their own transaction, with the queues that got a ready
-// message (so a rolled-back change wakes nobody). Callers need not call
-// NotifyReady for them; the Woken and QueueIDs fields are still filled so
-// that a node can wake its own waiters at once. NotifyReady remains for
-// other callers and coalesces its sends per node over a few milliseconds.
+// DeadLetterRedrive and Maintain hand the queues that got a ready message
+// to the node's notifier once their transaction has committed (so a
+// rolled-back change wakes nobody), and return without waiting for it. The
+// notifier sends them with pg_notify('sombus_ready', ids), one send at a
+// time: the ids that arrive while a send is on its way go together in the
+// next one. Not inside the operations' transactions: a NOTIFY holds a
+// database-wide lock from its pre-commit to the end of its commit, WAL
+// flush included, so notifying transactions commit one at a time across
+// every node; coalesced, the nodes send a few notifications instead of one
+// per write. A notification lost to a crash delays a wake-up on another
+// node until its fallback poll, as any lost notification does. Callers
+// need not call NotifyReady for them; the Woken and QueueIDs fields are
+// still filled so that a node can wake its own waiters at once.
+// NotifyReady remains for other callers and coalesces its sends per node
+// over a few milliseconds.
 //
 // Times are stored as unix milliseconds (bigint) and returned in UTC.
 package postgres
@@ -161,7 +170,7 @@ func (s *Store) run(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error
 }
 
 // write runs fn in a read-write transaction with a waker; the queues fn
-// marks are notified inside the same transaction, just before it commits.
+// marks are handed to the notifier once the transaction has committed.
 // It returns the queues woken by the attempt that committed.
 func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx, w *waker) error) ([]string, error) {
 	var woken []string
@@ -171,11 +180,12 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx, w *waker) error) (
 			return err
 		}
 		woken = w.list()
-		return sendNotify(ctx, tx, woken)
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.notify.post(woken)
 	return woken, nil
 }
 

@@ -13,8 +13,8 @@ import (
 
 // MessagePublish accepts p.Messages in order, in one transaction: dedup,
 // routing by subscriptions, then one message per target queue at the tail
-// of its story. New stories are notified on sombus_ready in the same
-// transaction.
+// of its story. The queues of new stories are notified on sombus_ready
+// once it commits.
 //
 // Locks are taken in one order: the dedup records (sorted by message id),
 // then the story rows (sorted by queue_id, story_key), each story once with

@@ -14,7 +14,7 @@ import (
 
 // MessageReceive replays an attempt id, or moves the queue's exhausted
 // heads to the dead letters and claims up to p.Max ready stories. Queues
-// made ready by the dead-letter move are notified in the transaction.
+// made ready by the dead-letter move are notified once it commits.
 func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	var res *bus.ReceiveResult
 	woken, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
