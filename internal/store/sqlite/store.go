@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -49,10 +50,14 @@ var writePragmas = []string{
 	// WAL: readers never block the writer nor it them, and a commit is one
 	// append to the WAL (plus its fsync) instead of rewriting pages.
 	"journal_mode(WAL)",
-	// FULL: fsync the WAL on every commit. NORMAL could lose the last
-	// commits on power loss, and an accepted publish (202) must survive it;
-	// with group commit one fsync is paid per batch, so FULL is affordable.
-	"synchronous(FULL)",
+	// NORMAL: SQLite itself does not fsync the WAL at each commit (it still
+	// syncs around checkpoints, so the file is never corrupted). Durability
+	// is the writer's: with the default synchronous=full it fsyncs the WAL
+	// after each commit and answers no caller of that commit before the
+	// fsync returned, so an accepted publish (202) survives a power loss
+	// just as under PRAGMA synchronous=FULL; but the fsync runs beside the
+	// next batch instead of holding the write connection (see writer.go).
+	"synchronous(NORMAL)",
 	// 64 MiB page cache (negative = KiB): the hot tables (stories, the
 	// heads of messages) and their indexes stay in memory.
 	"cache_size(-65536)",
@@ -88,18 +93,68 @@ func dsn(path string, pragmas ...[]string) string {
 // the schema migrations this binary carries, and starts the writer. It
 // refuses a database whose schema is newer than this binary knows. logger
 // may be nil.
+//
+// path may end in store parameters, as in "./sombus.db?synchronous=normal":
+//
+//   - synchronous=full (the default): a write is answered only once the
+//     WAL holding its commit has been fsynced; nothing answered is lost on
+//     a power loss or an OS crash.
+//   - synchronous=normal: a write is answered at its commit, before the
+//     WAL's fsync. A process crash loses nothing, and the file is never
+//     corrupted, but a power loss or an OS crash may lose the commits of
+//     the last moments (those since the last checkpoint's fsync), even
+//     though they were answered.
 func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
 	return open(ctx, path, logger, defaultWAL)
 }
 
-func open(ctx context.Context, path string, logger *slog.Logger, wal walPolicy) (*Store, error) {
+// options are the store parameters after the path.
+type options struct {
+	// syncCommits: fsync the WAL after each commit before answering.
+	syncCommits bool
+}
+
+// parseOptions splits "path?name=value&…" into the path and its options.
+func parseOptions(spec string) (string, options, error) {
+	o := options{syncCommits: true}
+	path, query, has := strings.Cut(spec, "?")
+	if !has {
+		return path, o, nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", o, fmt.Errorf("sqlite: parameters %q: %w", query, err)
+	}
+	for name, vs := range q {
+		if len(vs) != 1 {
+			return "", o, fmt.Errorf("sqlite: parameter %s is given %d times", name, len(vs))
+		}
+		switch v := strings.ToLower(vs[0]); {
+		case name == "synchronous" && v == "full":
+			o.syncCommits = true
+		case name == "synchronous" && v == "normal":
+			o.syncCommits = false
+		case name == "synchronous":
+			return "", o, fmt.Errorf("sqlite: synchronous=%s: must be full or normal", vs[0])
+		default:
+			return "", o, fmt.Errorf("sqlite: unknown parameter %q (the parameters are: synchronous)", name)
+		}
+	}
+	return path, o, nil
+}
+
+func open(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	path, opts, err := parseOptions(spec)
+	if err != nil {
+		return nil, err
 	}
 	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
 		// The driver reads "?" as the start of parameters, and the read pool
 		// must see the same file as the writer (not a private memory db).
-		return nil, fmt.Errorf("sqlite: path %q must name a file, without '?' or '#'", path)
+		return nil, fmt.Errorf("sqlite: path %q must name a file, without '#'", path)
 	}
 	ms, err := loadMigrations()
 	if err != nil {
@@ -154,7 +209,7 @@ func open(ctx context.Context, path string, logger *slog.Logger, wal walPolicy) 
 	}
 
 	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb}
-	s.w = newWriter(wconn, path+"-wal", wal, logger)
+	s.w = newWriter(wconn, path+"-wal", wal, opts.syncCommits, logger)
 	return s, nil
 }
 

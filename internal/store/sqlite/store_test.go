@@ -143,8 +143,9 @@ func TestPragmas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mode != "wal" || sync != 2 || fk != 1 {
-		t.Fatalf("journal_mode %q synchronous %d foreign_keys %d; want wal, 2 (FULL), 1", mode, sync, fk)
+	// synchronous NORMAL: the writer fsyncs the WAL itself (syncCommits).
+	if mode != "wal" || sync != 1 || fk != 1 || !s.w.syncCommits {
+		t.Fatalf("journal_mode %q synchronous %d foreign_keys %d syncCommits %v; want wal, 1 (NORMAL), 1, true", mode, sync, fk, s.w.syncCommits)
 	}
 	// The read pool refuses writes.
 	err = s.View(ctx, func(tx bus.Tx) error {
@@ -571,5 +572,37 @@ func TestAbandonedBatchRerunsTheOthers(t *testing.T) {
 	}
 	if len(got) != n-1 {
 		t.Fatalf("%d workspaces committed, want %d", len(got), n-1)
+	}
+}
+
+func TestStoreParameters(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, bad := range []string{"a.db?synchronous=off", "a.db?fast=1", "a.db?synchronous=full&synchronous=normal", "?synchronous=full", "a.db?x=%zz"} {
+		if s, err := Open(context.Background(), filepath.Join(dir, bad), nil); err == nil {
+			_ = s.Close()
+			t.Errorf("Open(%q) succeeded", bad)
+		}
+	}
+	for spec, want := range map[string]bool{"f.db": true, "f.db?synchronous=FULL": true, "n.db?synchronous=normal": false} {
+		s, err := Open(context.Background(), filepath.Join(dir, spec), testLogger(t))
+		if err != nil {
+			t.Fatalf("Open(%q): %v", spec, err)
+		}
+		if s.w.syncCommits != want {
+			t.Errorf("Open(%q): syncCommits %v, want %v", spec, s.w.syncCommits, want)
+		}
+		// Both answer their writes; the file's name has no parameters.
+		ws, prod, _ := setupQueue(t, s, 5)
+		if _, err := s.MessagePublish(context.Background(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg("m1", "s1")}, Now: t0, DedupWindow: 5 * time.Minute}); err != nil {
+			t.Fatalf("%s: publish: %v", spec, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, strings.SplitN(spec, "?", 2)[0])); err != nil || strings.Contains(s.Path(), "?") {
+			t.Errorf("%s: path %q, database file: %v", spec, s.Path(), err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -27,6 +27,9 @@ const (
 	maxAttempts = 3
 	// checkpointEvery is how often the writer looks at the size of the WAL.
 	checkpointEvery = 5 * time.Second
+	// syncQueue bounds how many committed batches may wait for their fsync
+	// while the writer goes on; past it the writer waits for the disk.
+	syncQueue = 64
 	// walTruncateBytes: past this size the writer runs
 	// wal_checkpoint(TRUNCATE). SQLite's automatic checkpoint (every 1000
 	// pages) is PASSIVE: with readers always active it may never reach the
@@ -65,6 +68,21 @@ type walPolicy struct {
 var defaultWAL = walPolicy{every: checkpointEvery, limitBytes: walTruncateBytes}
 
 // writer owns the one write connection and commits operations in groups.
+//
+// Durability (syncCommits): the connection runs with PRAGMA
+// synchronous=NORMAL, so COMMIT writes the WAL frames without an fsync; the
+// writer then hands the committed batch to the syncer goroutine, which
+// fsyncs the WAL and only then answers the batch's callers. While the
+// syncer waits on the disk, the writer already runs the next batch: commits
+// are pipelined instead of holding the write connection through every
+// fsync. An answered write is as durable as under synchronous=FULL: its
+// commit frame was written before the fsync began. What differs is
+// visibility: a commit is visible to other transactions (the next batch,
+// the read pool) up to one fsync before it is durable. A writer's answer
+// never depends on it early (batches are answered in commit order, each
+// after an fsync that covers every earlier commit); a read of the read pool
+// may, for that one fsync's time, show a write whose caller has not been
+// answered yet and that a power loss would undo.
 type writer struct {
 	wal     walPolicy
 	conn    *sql.Conn
@@ -74,20 +92,38 @@ type writer struct {
 	ops     chan *op
 	quit    chan struct{} // closed by Close
 	once    sync.Once
-	stopped chan struct{} // closed when the loop has returned
+	stopped chan struct{} // closed when the loop and the syncer have returned
+
+	syncCommits bool            // fsync the WAL before answering a commit
+	synced      chan *committed // committed batches waiting for their fsync
+	inflight    atomic.Int64    // batches sent to synced and not yet answered
+	syncIdle    chan struct{}   // (1) a token after the syncer answered a group
+	syncerDone  chan struct{}   // closed when the syncer has returned
+	changes     int64           // total_changes() after the last commit
 }
 
-func newWriter(conn *sql.Conn, walPath string, wal walPolicy, log *slog.Logger) *writer {
+// committed is a committed batch whose callers wait for the WAL's fsync.
+type committed struct {
+	ops   []*op
+	wrote bool // the batch changed rows (else there is nothing to sync)
+}
+
+func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, log *slog.Logger) *writer {
 	w := &writer{
-		wal:     wal,
-		conn:    conn,
-		stmts:   newStmtCache(conn),
-		walPath: walPath,
-		log:     log,
-		ops:     make(chan *op, maxBatch),
-		quit:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		wal:         wal,
+		conn:        conn,
+		stmts:       newStmtCache(conn),
+		walPath:     walPath,
+		log:         log,
+		ops:         make(chan *op, maxBatch),
+		quit:        make(chan struct{}),
+		stopped:     make(chan struct{}),
+		syncCommits: syncCommits,
+		synced:      make(chan *committed, syncQueue),
+		syncIdle:    make(chan struct{}, 1),
+		syncerDone:  make(chan struct{}),
 	}
+	go w.syncer()
 	go w.loop()
 	return w
 }
@@ -136,7 +172,7 @@ func (w *writer) loop() {
 	for {
 		select {
 		case o := <-w.ops:
-			w.commit(w.collect(o))
+			w.group(o)
 		case <-tick.C:
 			w.maybeCheckpoint()
 		case <-w.quit:
@@ -145,8 +181,13 @@ func (w *writer) loop() {
 			for {
 				select {
 				case o := <-w.ops:
-					w.commit(w.collect(o))
+					w.group(o)
 				default:
+					// Every committed batch is answered before stopped is
+					// closed: a caller that sees stopped without an answer
+					// was never run.
+					close(w.synced)
+					<-w.syncerDone
 					w.stmts.close()
 					w.checkpoint("TRUNCATE") // leave a small WAL behind
 					return
@@ -156,110 +197,232 @@ func (w *writer) loop() {
 	}
 }
 
-// collect takes the operations already waiting, up to maxBatch or
-// maxCollect, after first.
-func (w *writer) collect(first *op) []*op {
-	batch := []*op{first}
-	deadline := time.Now().Add(maxCollect)
-	for len(batch) < maxBatch && time.Now().Before(deadline) {
+// txn is the writer's open transaction: the operations run in it so far.
+type txn struct {
+	open bool
+	live []*op
+}
+
+// group runs first and the operations that arrive after it in one BEGIN
+// IMMEDIATE transaction, each in its own savepoint, and commits once. It
+// commits when no operation is waiting and the previous commit's fsync
+// has finished (or after maxCollect of steady arrivals, or at maxBatch):
+// while the syncer waits on the disk, arriving operations already run in
+// the open transaction, and the next commit takes them all.
+func (w *writer) group(first *op) {
+	var t txn
+	start := time.Now()
+	pending := []*op{first}
+	for {
+		for len(pending) > 0 {
+			pending = w.run(&t, pending)
+		}
+		if !t.open {
+			return // nothing to commit: cancelled, or BEGIN failed
+		}
+		if len(t.live) >= maxBatch {
+			break
+		}
+		idle := w.inflight.Load() == 0
+		if idle && time.Since(start) >= maxCollect {
+			break
+		}
 		select {
 		case o := <-w.ops:
-			batch = append(batch, o)
+			pending = append(pending, o)
+			continue
 		default:
-			return batch
+		}
+		if idle {
+			break
+		}
+		select {
+		case o := <-w.ops:
+			pending = append(pending, o)
+		case <-w.syncIdle:
 		}
 	}
-	return batch
+	w.commit(&t)
 }
 
-// commit runs a batch (again, for operations of an abandoned transaction)
-// until every operation has its answer.
-func (w *writer) commit(batch []*op) {
-	for len(batch) > 0 {
-		batch = w.runBatch(batch)
-	}
-}
-
-// runBatch runs the batch's operations in one BEGIN IMMEDIATE transaction,
-// each in its own savepoint, commits once and answers each caller. An
-// operation that fails rolls back only its savepoint. It returns the
-// operations to run again when the transaction itself was lost.
-func (w *writer) runBatch(batch []*op) (again []*op) {
+// run runs ops in t, opening it if need be. An operation that fails rolls
+// back only its savepoint. When the transaction itself is lost, the
+// operations it held and those not yet run are returned to run again in a
+// new one.
+func (w *writer) run(t *txn, ops []*op) (again []*op) {
 	ctx := context.Background() // callers' contexts never interrupt a shared transaction
-	live := batch[:0:0]
-	for _, o := range batch {
+	for i, o := range ops {
 		switch {
-		case o.state.Load() == opRunning: // a retry of an abandoned batch
-			live = append(live, o)
+		case o.state.Load() == opRunning: // a retry of an abandoned transaction
 		case o.ctx.Err() != nil:
 			if o.state.CompareAndSwap(opPending, opCancelled) {
 				o.done <- o.ctx.Err()
 			}
-		case o.state.CompareAndSwap(opPending, opRunning):
-			live = append(live, o)
-		}
-		// else: the caller cancelled; nobody waits for an answer.
-	}
-	if len(live) == 0 {
-		return nil
-	}
-	if _, err := w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
-		w.answerAll(live, fmt.Errorf("begin: %w", interpretError(err)))
-		return nil
-	}
-	d := &dbq{ctx: ctx, q: w.conn, stmts: w.stmts}
-	for i, o := range live {
-		o.attempts++
-		if _, err := w.exec(ctx, "SAVEPOINT op"); err != nil {
-			return w.abandon(live, i, fmt.Errorf("savepoint: %w", interpretError(err)))
-		}
-		o.panicked, o.err = runOp(o, d)
-		if o.err == nil {
-			if _, err := w.exec(ctx, "RELEASE op"); err != nil {
-				return w.abandon(live, i, fmt.Errorf("release savepoint: %w", interpretError(err)))
-			}
 			continue
+		case !o.state.CompareAndSwap(opPending, opRunning):
+			continue // the caller cancelled; nobody waits for an answer
 		}
-		// Undo this operation only. If even that fails, SQLite has rolled
-		// the whole transaction back (disk full, I/O error, …).
-		if _, err := w.exec(ctx, "ROLLBACK TO op"); err != nil {
-			return w.abandon(live, i, o.err)
+		if !t.open {
+			if _, err := w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
+				err = fmt.Errorf("begin: %w", interpretError(err))
+				for _, o := range ops[i:] {
+					if o.state.Load() == opRunning || o.state.CompareAndSwap(opPending, opRunning) {
+						o.panicked = nil
+						o.done <- err
+					}
+				}
+				return nil
+			}
+			t.open = true
 		}
-		if _, err := w.exec(ctx, "RELEASE op"); err != nil {
-			return w.abandon(live, i, o.err)
+		o.attempts++
+		if err := w.runOne(ctx, o); err != nil {
+			return w.abandon(t, o, err, ops[i+1:])
 		}
-	}
-	if _, err := w.exec(ctx, "COMMIT"); err != nil {
-		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
-		w.answerAll(live, fmt.Errorf("commit: %w", interpretError(err)))
-		return nil
-	}
-	for _, o := range live {
-		o.done <- o.err
+		t.live = append(t.live, o)
 	}
 	return nil
 }
 
-// abandon ends a transaction that cannot go on because of live[culprit]:
-// that operation gets err, the others run again in a new transaction (their
-// work was rolled back with the transaction; Update allows a rerun).
-func (w *writer) abandon(live []*op, culprit int, err error) []*op {
-	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK") // may fail: already rolled back
-	w.log.Warn("sqlite write transaction abandoned", slog.Int("batch", len(live)), slog.Any("error", err))
-	live[culprit].done <- err
-	var again []*op
-	for i, o := range live {
-		if i == culprit {
-			continue
+// runOne runs o in its own savepoint of the open transaction. A non-nil
+// result means the transaction is lost (o.err is o's own outcome).
+func (w *writer) runOne(ctx context.Context, o *op) error {
+	if _, err := w.exec(ctx, "SAVEPOINT op"); err != nil {
+		return fmt.Errorf("savepoint: %w", interpretError(err))
+	}
+	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts})
+	if o.err == nil {
+		if _, err := w.exec(ctx, "RELEASE op"); err != nil {
+			return fmt.Errorf("release savepoint: %w", interpretError(err))
 		}
+		return nil
+	}
+	// Undo this operation only. If even that fails, SQLite has rolled
+	// the whole transaction back (disk full, I/O error, …).
+	if _, err := w.exec(ctx, "ROLLBACK TO op"); err != nil {
+		return o.err
+	}
+	if _, err := w.exec(ctx, "RELEASE op"); err != nil {
+		return o.err
+	}
+	return nil
+}
+
+// commit commits t and answers its operations.
+func (w *writer) commit(t *txn) {
+	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
+		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
+		return
+	}
+	w.committed(t.live)
+}
+
+// committed answers the callers of a committed batch: at once without
+// syncCommits, else through the syncer once the WAL is on disk.
+func (w *writer) committed(live []*op) {
+	if !w.syncCommits {
+		for _, o := range live {
+			o.done <- o.err
+		}
+		return
+	}
+	// A batch that changed no row (receives of an empty queue, reads)
+	// wrote no WAL frame: it needs no fsync of its own, but is answered
+	// after the batches before it, whose writes it may have read.
+	wrote := true
+	var n int64
+	if st, err := w.stmts.get(context.Background(), "SELECT total_changes()"); err == nil && st.QueryRow().Scan(&n) == nil {
+		wrote = n != w.changes
+		w.changes = n
+	}
+	w.inflight.Add(1)
+	w.synced <- &committed{ops: live, wrote: wrote}
+}
+
+// syncer answers committed batches in commit order, after an fsync of the
+// WAL that began after their commit. One fsync covers every batch that
+// committed while the previous one ran.
+func (w *writer) syncer() {
+	defer close(w.syncerDone)
+	for c := range w.synced {
+		group := []*committed{c}
+	more:
+		for {
+			select {
+			case c, ok := <-w.synced:
+				if !ok {
+					break more
+				}
+				group = append(group, c)
+			default:
+				break more
+			}
+		}
+		wrote := false
+		for _, c := range group {
+			wrote = wrote || c.wrote
+		}
+		var err error
+		if wrote {
+			err = w.syncWAL()
+		}
+		// The disk is free: the writer may commit its next batch.
+		w.inflight.Add(-int64(len(group)))
+		select {
+		case w.syncIdle <- struct{}{}:
+		default: // a token is already there
+		}
+		for _, c := range group {
+			for _, o := range c.ops {
+				if err != nil && o.err == nil && o.panicked == nil {
+					o.done <- err
+					continue
+				}
+				o.done <- o.err
+			}
+		}
+	}
+}
+
+// syncWAL fsyncs the WAL file. The file is opened each time: an fsync
+// through any descriptor of a file flushes the file, and a fresh open can
+// never hold on to a WAL that was replaced.
+func (w *writer) syncWAL() error {
+	f, err := os.Open(w.walPath)
+	if err == nil {
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		w.log.Error("sqlite: fsync of the WAL failed; the last commits may not be durable", slog.Any("error", err))
+		return fmt.Errorf("sqlite: fsync of the WAL: %v: %w", err, bus.ErrUnavailable) //nolint:errorlint // the OS error stays inside the store
+	}
+	return nil
+}
+
+// abandon ends a transaction that cannot go on because of culprit: that
+// operation gets err, the others of t run again in a new transaction
+// (their work was rolled back with it; Update allows a rerun), followed by
+// rest, the operations not yet run.
+func (w *writer) abandon(t *txn, culprit *op, err error, rest []*op) []*op {
+	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK") // may fail: already rolled back
+	w.log.Warn("sqlite write transaction abandoned", slog.Int("operations", len(t.live)+1), slog.Any("error", err))
+	culprit.done <- err
+	var again []*op
+	for _, o := range t.live {
 		if o.attempts >= maxAttempts {
+			o.panicked = nil
 			o.done <- fmt.Errorf("write transaction abandoned %d times: %w", o.attempts, err)
 			continue
 		}
 		o.panicked, o.err = nil, nil
 		again = append(again, o)
 	}
-	return again
+	*t = txn{}
+	return append(again, rest...)
 }
 
 func (w *writer) answerAll(ops []*op, err error) {
