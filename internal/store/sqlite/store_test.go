@@ -522,9 +522,11 @@ func TestAbandonedBatchRerunsTheOthers(t *testing.T) {
 	ctx := context.Background()
 	// Hold the writer inside an operation so that the next ones queue up
 	// and form one batch.
+	// It may share the transaction that is lost, and then runs again.
 	hold, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	go func() {
-		_ = s.w.do(ctx, func(d *dbq) error { close(held); <-hold; return nil })
+		_ = s.w.do(ctx, func(d *dbq) error { once.Do(func() { close(held) }); <-hold; return nil })
 	}()
 	<-held
 	const n = 20
