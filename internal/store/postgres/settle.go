@@ -62,7 +62,10 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 
 	// Lock every story the handles name, sorted by (queue_id, story_key) as
 	// in every batch operation. The ORDER BY sits below the row locking in
-	// the plan, so the locks are taken in that order.
+	// the plan, so the locks are taken in that order. The queue test is
+	// written so that no index can serve it: the rows come by stories_pkey
+	// (given queue_id = $2, the planner would walk the queue's whole part
+	// of stories_ready for the ids when statistics are missing or stale).
 	ids := make([]int64, 0, len(p.Handles))
 	for _, h := range p.Handles {
 		if h.QueueID == p.QueueID {
@@ -71,7 +74,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 	}
 	live := map[int64]*liveStory{}
 	rows, err := tx.Query(ctx, `SELECT id, head_seq, nonce, receive_count FROM stories
-		WHERE id = ANY($1) AND queue_id = $2 ORDER BY queue_id, story_key FOR UPDATE`, ids, p.QueueID)
+		WHERE id = ANY($1) AND queue_id || '' = $2 ORDER BY queue_id, story_key FOR UPDATE`, ids, p.QueueID)
 	if err != nil {
 		return nil, fmt.Errorf("lock stories: %w", err)
 	}
@@ -253,7 +256,7 @@ func ackLocked(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, li
 		}
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM messages m USING unnest($1::bigint[], $2::bigint[]) AS h(sid, seq)
-			WHERE m.story_id = h.sid AND m.seq = h.seq`, sids, seqs)
+			WHERE m.story_id = h.sid AND m.seq = h.seq AND m.story_id = ANY($1)`, sids, seqs)
 		b.Queue(`INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
 			SELECT $1, sid, seq, nonce, $5 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS h(sid, seq, nonce)
 			ON CONFLICT (queue_id, story_id, seq) DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at`,
