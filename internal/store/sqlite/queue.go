@@ -70,38 +70,42 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 
 	out := make([]bus.PublishOutcome, len(p.Messages))
 	for i, m := range p.Messages {
-		var n int
-		err := d.row(`SELECT deliveries FROM dedup WHERE producer_id = ? AND message_id = ? AND accepted_at > ?`,
-			p.ProducerID, m.MessageID, dedupAfter).Scan(&n)
-		if err == nil {
-			out[i] = bus.PublishOutcome{Duplicate: true, Deliveries: n}
-			continue
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, interpretError(err)
-		}
 		var queues []string
 		for _, t := range targets {
-			if !bus.Matches(t.subs, m.Topic, p.ProducerID) {
-				continue
+			if bus.Matches(t.subs, m.Topic, p.ProducerID) {
+				queues = append(queues, t.id)
 			}
-			storyID, seq, err := appendToStory(d, t.id, m.CorrelationID, now)
+		}
+		// The dedup record first, in one statement: a new id, or an expired
+		// record of the same id replaced, changes a row; a live record
+		// (accepted within the window) changes none: a duplicate.
+		n, err := d.affected(`INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES (?, ?, ?, ?)
+			ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries
+			WHERE dedup.accepted_at <= ?`,
+			p.ProducerID, m.MessageID, now, len(queues), dedupAfter)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		if n == 0 {
+			var deliveries int
+			if err := d.row(`SELECT deliveries FROM dedup WHERE producer_id = ? AND message_id = ?`, p.ProducerID, m.MessageID).
+				Scan(&deliveries); err != nil {
+				return nil, interpretError(err)
+			}
+			out[i] = bus.PublishOutcome{Duplicate: true, Deliveries: deliveries}
+			continue
+		}
+		for _, q := range queues {
+			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now)
 			if err != nil {
 				return nil, err
 			}
 			if _, err := d.exec(`INSERT INTO messages(story_id, seq, queue_id, message_id, message_type, topic,
 				correlation_id, producer_id, enqueued_at, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				storyID, seq, t.id, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
+				storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
 				envelope(m.Envelope)); err != nil {
 				return nil, interpretError(err)
 			}
-			queues = append(queues, t.id)
-		}
-		// An expired record of the same id is replaced.
-		if _, err := d.exec(`INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES (?, ?, ?, ?)
-			ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries`,
-			p.ProducerID, m.MessageID, now, len(queues)); err != nil {
-			return nil, interpretError(err)
 		}
 		out[i] = bus.PublishOutcome{Deliveries: len(queues), QueueIDs: queues}
 	}
@@ -119,10 +123,16 @@ func envelope(b []byte) []byte {
 // appendToStory takes the next sequence number of a story, creating the
 // story (visible now, head 1) when the queue has none for key.
 func appendToStory(d *dbq, queueID, key string, now int64) (storyID, seq int64, err error) {
+	// An existing story first: an UPDATE is far cheaper than an INSERT that
+	// conflicts (the upsert takes an AUTOINCREMENT id before it finds the
+	// conflict).
+	err = d.row(`UPDATE stories SET tail_seq = tail_seq + 1 WHERE queue_id = ? AND story_key = ? RETURNING id, tail_seq`,
+		queueID, key).Scan(&storyID, &seq)
+	if !errors.Is(err, sql.ErrNoRows) {
+		return storyID, seq, interpretError(err)
+	}
 	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-		VALUES (?, ?, 1, 1, ?, 0, 0, 0)
-		ON CONFLICT(queue_id, story_key) DO UPDATE SET tail_seq = tail_seq + 1
-		RETURNING id, tail_seq`, queueID, key, now).Scan(&storyID, &seq)
+		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id, tail_seq`, queueID, key, now).Scan(&storyID, &seq)
 	return storyID, seq, interpretError(err)
 }
 
