@@ -14,6 +14,13 @@ import (
 // MessageAck acknowledges deliveries, one result per handle, in order, in
 // one transaction. A story advanced to a ready head is notified.
 func (s *Store) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	out, ok, err := s.quickAck(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("ack: %w", interpretError(err))
+	}
+	if ok {
+		return out, nil
+	}
 	return s.settle(ctx, p, true)
 }
 
@@ -29,6 +36,10 @@ const (
 	msgReceived    = "The message was received again after this receipt handle was issued."
 	msgNotInFlight = "The receipt handle does not match a message in flight (it was acknowledged, dead-lettered, purged or expired)."
 )
+
+// lockStoriesSQL locks the stories $1 of queue $2 for a settle (see settle).
+const lockStoriesSQL = `SELECT id, head_seq, nonce, receive_count FROM stories
+	WHERE id = ANY($1) AND queue_id || '' = $2 ORDER BY queue_id, story_key FOR UPDATE`
 
 // liveStory is the delivery state of a story locked by a settle.
 type liveStory struct {
@@ -73,8 +84,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 		}
 	}
 	live := map[int64]*liveStory{}
-	rows, err := tx.Query(ctx, `SELECT id, head_seq, nonce, receive_count FROM stories
-		WHERE id = ANY($1) AND queue_id || '' = $2 ORDER BY queue_id, story_key FOR UPDATE`, ids, p.QueueID)
+	rows, err := tx.Query(ctx, lockStoriesSQL, ids, p.QueueID)
 	if err != nil {
 		return nil, fmt.Errorf("lock stories: %w", err)
 	}

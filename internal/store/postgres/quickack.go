@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// The statements of quickAck after the lock. Each one finds the handles
+// that acknowledge a live head by itself, by joining the handles
+// ($1 story ids, $2 seqs, $3 nonces) with the story rows this transaction
+// locked (queue $4, head and nonce as in the handle), so the pipeline
+// needs no answer from the lock before it goes on. They run in this order:
+// the ack records and the message delete while the stories still show the
+// acknowledged heads; then the advance, in a later statement than the
+// delete and the lock, so it sees the story's remaining messages, every
+// one committed before the lock included; then the delete of the stories
+// left with no message, which still show their acknowledged heads (an
+// advanced story shows another head; and NOT EXISTS keeps every story that
+// has a message whatever it shows).
+const (
+	quickAckRecords = `INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
+		SELECT $4, h.sid, h.seq, h.nonce, $5
+		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
+		JOIN stories s ON s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id = $4
+		WHERE s.id = ANY($1)
+		ON CONFLICT (queue_id, story_id, seq) DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at`
+	quickAckDelete = `DELETE FROM messages m
+		USING unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce), stories s
+		WHERE m.story_id = h.sid AND m.seq = h.seq AND m.story_id = ANY($1)
+			AND s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id = $4 AND s.id = ANY($1)`
+	quickAckAdvance = `WITH v AS (
+			SELECT s.id FROM stories s
+			JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
+				ON s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce
+			WHERE s.id = ANY($1) AND s.queue_id = $4
+		), nxt AS (
+			SELECT v.id AS story_id, m.seq, m.enqueued_at FROM v
+			CROSS JOIN LATERAL (SELECT seq, enqueued_at FROM messages WHERE story_id = v.id ORDER BY seq LIMIT 1) m
+		)
+		UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
+		FROM nxt WHERE s.id = nxt.story_id AND s.id = ANY($1)
+		RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`
+	quickAckEmptied = `DELETE FROM stories s
+		USING unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
+		WHERE s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id = $4 AND s.id = ANY($1)
+			AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.story_id = s.id)`
+)
+
+// quickAck is MessageAck in one round trip for the usual call: every
+// handle of this queue, each on a different story. One pipeline sends
+// BEGIN, the lock of the stories (as settle takes it), the four statements
+// above and COMMIT; the results are then those of ackLocked, from the
+// states locked. The handles that did not acknowledge a live head are
+// judged after the commit against the ack records (only a repeated ack of
+// the same delivery succeeds); this call wrote no record of their stories.
+// ok is false, with nothing done, for other calls, and when the pipeline
+// failed (the full ack then runs, with its retries).
+func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.SettleResult, ok bool, err error) {
+	n := len(p.Handles)
+	if n == 0 {
+		return nil, false, nil
+	}
+	sids, seqs, nonces := make([]int64, n), make([]int64, n), make([]int64, n)
+	seen := make(map[int64]bool, n)
+	for i, h := range p.Handles {
+		if h.QueueID != p.QueueID || seen[h.StoryID] {
+			return nil, false, nil
+		}
+		seen[h.StoryID] = true
+		sids[i], seqs[i], nonces[i] = h.StoryID, h.Seq, h.Nonce
+	}
+	now := ms(p.Now)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(lockStoriesSQL, sids, p.QueueID)
+	b.Queue(quickAckRecords, sids, seqs, nonces, p.QueueID, now)
+	b.Queue(quickAckDelete, sids, seqs, nonces, p.QueueID)
+	b.Queue(quickAckAdvance, sids, seqs, nonces, p.QueueID)
+	b.Queue(quickAckEmptied, sids, seqs, nonces, p.QueueID)
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	live := map[int64]*liveStory{}
+	w := &waker{}
+	var ready map[int64]bool
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			var st liveStory
+			if err := rows.Scan(&id, &st.head, &st.nonce, &st.receiveCount); err != nil {
+				rows.Close()
+				return err
+			}
+			live[id] = &st
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		if _, ready, err = collectAdvanced(w, now, rows); err != nil {
+			return err
+		}
+		for range 2 { // the emptied stories, COMMIT
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		err = fmt.Errorf("ack: transaction still open after COMMIT")
+	}
+	if err != nil {
+		endTx(conn)
+		s.logger.DebugContext(ctx, "postgres: quick ack failed; running the full ack", "err", err)
+		return nil, false, nil
+	}
+	s.notify.post(w.list())
+
+	out = make([]bus.SettleResult, n)
+	for i, h := range p.Handles {
+		st := live[h.StoryID]
+		switch {
+		case st != nil && st.head == h.Seq && st.nonce == h.Nonce:
+			out[i] = bus.SettleResult{OK: true, Woken: ready[h.StoryID]}
+		case st != nil && st.head == h.Seq:
+			out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msgReceived}
+		default:
+			var acked bool
+			if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ack_records
+				WHERE queue_id = $1 AND story_id = $2 AND seq = $3 AND nonce = $4)`,
+				h.QueueID, h.StoryID, h.Seq, h.Nonce).Scan(&acked); err != nil {
+				return nil, false, fmt.Errorf("ack record: %w", err)
+			}
+			if acked {
+				out[i] = bus.SettleResult{OK: true}
+			} else {
+				out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msgNotInFlight}
+			}
+		}
+	}
+	return out, true, nil
+}
+
+// endTx ends whatever transaction conn may be in, so the pool can reuse it;
+// when that fails the connection is closed (Release then drops it).
+func endTx(conn *pgxpool.Conn) {
+	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
+		_ = conn.Conn().Close(ctx)
+	}
+}
