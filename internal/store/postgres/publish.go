@@ -20,8 +20,14 @@ import (
 // then the story rows (sorted by queue_id, story_key), each story once with
 // all of this call's messages for it.
 func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
-	var out []bus.PublishOutcome
-	_, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+	out, ok, err := s.quickPublish(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("publish: %w", interpretError(err))
+	}
+	if ok {
+		return out, nil
+	}
+	_, err = s.write(ctx, func(tx pgx.Tx, w *waker) error {
 		var err error
 		out, err = publish(ctx, tx, w, p)
 		return err
@@ -40,7 +46,9 @@ type consumer struct {
 
 // consumers lists the workspace's consumer connections (any status),
 // sorted by id.
-func consumers(ctx context.Context, tx pgx.Tx, workspaceID string) ([]consumer, error) {
+func consumers(ctx context.Context, tx interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, workspaceID string) ([]consumer, error) {
 	rows, err := tx.Query(ctx, `SELECT id, subscriptions FROM connections
 		WHERE workspace_id = $1 AND kind = $2 ORDER BY id`, workspaceID, string(bus.KindConsumer))
 	if err != nil {
