@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -303,13 +304,19 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 		if err := rows.Err(); err != nil {
 			return nil, interpretError(err)
 		}
-		visibleAt := ms(p.Now.Add(p.Visibility))
-		for i := range res.Deliveries {
-			del := &res.Deliveries[i]
-			del.Handle.Nonce = newNonce()
-			del.ReceiveCount++
-			if _, err := d.exec(`UPDATE stories SET receive_count = ?, nonce = ?, visible_at = ?, delayed = 0 WHERE id = ?`,
-				del.ReceiveCount, del.Handle.Nonce, visibleAt, del.Handle.StoryID); err != nil {
+		if n := len(res.Deliveries); n > 0 {
+			// Claim them all in one statement: a fresh nonce each, invisible
+			// until visibleAt, one more receive.
+			args := make([]any, 0, 1+3*n)
+			args = append(args, ms(p.Now.Add(p.Visibility)))
+			for i := range res.Deliveries {
+				del := &res.Deliveries[i]
+				del.Handle.Nonce = newNonce()
+				del.ReceiveCount++
+				args = append(args, del.Handle.StoryID, del.ReceiveCount, del.Handle.Nonce)
+			}
+			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
+				FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...); err != nil {
 				return nil, interpretError(err)
 			}
 		}
@@ -394,7 +401,161 @@ func nextVisible(d *dbq, queueID string, now int64) (time.Time, error) {
 
 // MessageAck acknowledges deliveries, one result per handle, in order.
 func (s *Store) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
-	return s.settle(ctx, p, ackOne)
+	var out []bus.SettleResult
+	err := s.w.do(ctx, func(d *dbq) error {
+		var err error
+		out, err = ackAll(d, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settle: %w", err)
+	}
+	return out, nil
+}
+
+// placeholders returns n groups of "(?, …)" of k parameters, comma-separated.
+func placeholders(n, k int) string {
+	group := "(" + strings.Repeat("?, ", k-1) + "?)"
+	return strings.Repeat(group+", ", n-1) + group
+}
+
+// ackAll acknowledges the handles of one call with a few statements for
+// all of them, with the results of settling them one by one (ackOne): the
+// live heads of distinct stories are settled together; a call that names
+// a story twice, and handles that are not live, go one by one.
+func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	out := make([]bus.SettleResult, len(p.Handles))
+	stories := make(map[int64]int, len(p.Handles))
+	var ids []any
+	for _, h := range p.Handles {
+		if h.QueueID != p.QueueID {
+			continue
+		}
+		if _, dup := stories[h.StoryID]; dup {
+			return settleEach(d, p, ackOne) // a story twice: order matters
+		}
+		stories[h.StoryID] = 0
+		ids = append(ids, h.StoryID)
+	}
+	// The live heads: the story's head is the handle's message, received
+	// with the handle's nonce.
+	type state struct{ head, nonce int64 }
+	heads := make(map[int64]state, len(ids))
+	if len(ids) > 0 {
+		// By id only: with "queue_id = ?" the planner may walk the queue's
+		// stories by the claim index. The queue is compared here.
+		rows, err := d.query(`SELECT id, queue_id, head_seq, nonce FROM stories WHERE id IN (`+
+			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+`)`, ids...)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		for rows.Next() {
+			var id int64
+			var queue string
+			var st state
+			if err := rows.Scan(&id, &queue, &st.head, &st.nonce); err != nil {
+				_ = rows.Close()
+				return nil, interpretError(err)
+			}
+			if queue == p.QueueID {
+				heads[id] = st
+			}
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, interpretError(err)
+		}
+	}
+	var live []bus.Handle
+	for i, h := range p.Handles {
+		if h.QueueID != p.QueueID {
+			out[i] = invalid("the receipt handle is not from this queue")
+			continue
+		}
+		if st, ok := heads[h.StoryID]; ok && st.head == h.Seq && st.nonce != 0 && st.nonce == h.Nonce {
+			live = append(live, h)
+			continue
+		}
+		// Not live (ackOne tells why, or finds an earlier ack): it changes
+		// nothing, so its place among the others does not matter.
+		r, err := ackOne(d, p, h, 0)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	if len(live) == 0 {
+		return out, nil
+	}
+	woken, err := ackLive(d, p, live)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range p.Handles {
+		if w, ok := woken[h.StoryID]; ok && out[i] == (bus.SettleResult{}) && h.QueueID == p.QueueID {
+			out[i] = bus.SettleResult{OK: true, Woken: w}
+		}
+	}
+	return out, nil
+}
+
+// ackLive acknowledges live heads of distinct stories: deletes the
+// messages, records the acks and advances each story (woken[story] tells
+// whether a next head is ready).
+func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, error) {
+	now := ms(p.Now)
+	n := len(live)
+	pairs := make([]any, 0, 2*n)
+	recs := make([]any, 0, 5*n)
+	ids := make([]any, 0, n)
+	for _, h := range live {
+		pairs = append(pairs, h.StoryID, h.Seq)
+		recs = append(recs, h.QueueID, h.StoryID, h.Seq, h.Nonce, now)
+		ids = append(ids, h.StoryID)
+	}
+	if _, err := d.exec(`DELETE FROM messages WHERE (story_id, seq) IN (VALUES `+placeholders(n, 2)+`)`, pairs...); err != nil {
+		return nil, interpretError(err)
+	}
+	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES `+placeholders(n, 5)+`
+		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`, recs...); err != nil {
+		return nil, interpretError(err)
+	}
+	// Advance (as advance does): the smallest remaining message becomes the
+	// head, ready at its enqueued_at; a story left empty goes.
+	in := strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+	rows, err := d.query(`UPDATE stories SET (head_seq, visible_at) =
+			(SELECT seq, enqueued_at FROM messages WHERE story_id = stories.id ORDER BY seq LIMIT 1),
+			receive_count = 0, nonce = 0, delayed = 0
+		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id`, ids...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	woken := make(map[int64]bool, n)
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			_ = rows.Close()
+			return nil, interpretError(err)
+		}
+		woken[id] = true
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	var empty []any
+	for _, h := range live {
+		if !woken[h.StoryID] {
+			woken[h.StoryID] = false
+			empty = append(empty, h.StoryID)
+		}
+	}
+	if len(empty) > 0 {
+		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(empty)), ", ")+`)`, empty...); err != nil {
+			return nil, interpretError(err)
+		}
+	}
+	return woken, nil
 }
 
 // MessageNack releases deliveries after p.Delay (or dead-letters those that
@@ -409,27 +570,34 @@ type settleFunc func(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.
 func (s *Store) settle(ctx context.Context, p *bus.SettleParams, one settleFunc) ([]bus.SettleResult, error) {
 	var out []bus.SettleResult
 	err := s.w.do(ctx, func(d *dbq) error {
-		out = make([]bus.SettleResult, len(p.Handles))
-		limit := 0
-		// A missing queue has no stories: every handle fails below.
-		if err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, p.QueueID).Scan(&limit); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return interpretError(err)
-		}
-		for i, h := range p.Handles {
-			if h.QueueID != p.QueueID {
-				out[i] = invalid("the receipt handle is not from this queue")
-				continue
-			}
-			r, err := one(d, p, h, limit)
-			if err != nil {
-				return err
-			}
-			out[i] = r
-		}
-		return nil
+		var err error
+		out, err = settleEach(d, p, one)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("settle: %w", err)
+	}
+	return out, nil
+}
+
+// settleEach settles the handles one by one, in order.
+func settleEach(d *dbq, p *bus.SettleParams, one settleFunc) ([]bus.SettleResult, error) {
+	out := make([]bus.SettleResult, len(p.Handles))
+	limit := 0
+	// A missing queue has no stories: every handle fails below.
+	if err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, p.QueueID).Scan(&limit); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, interpretError(err)
+	}
+	for i, h := range p.Handles {
+		if h.QueueID != p.QueueID {
+			out[i] = invalid("the receipt handle is not from this queue")
+			continue
+		}
+		r, err := one(d, p, h, limit)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
 	}
 	return out, nil
 }
