@@ -61,6 +61,9 @@ var writePragmas = []string{
 	// 64 MiB page cache (negative = KiB): the hot tables (stories, the
 	// heads of messages) and their indexes stay in memory.
 	"cache_size(-65536)",
+	// Savepoint journals (one per operation of a group commit) in memory:
+	// past 64 KiB SQLite would otherwise spill each to a temporary file.
+	"temp_store(MEMORY)",
 	// After a checkpoint resets the WAL, truncate the file down to 64 MiB
 	// so one burst does not leave a huge WAL file behind for ever.
 	"journal_size_limit(67108864)",
