@@ -47,7 +47,13 @@ func setup(b *testing.B) (*servertest.Node, *servertest.Pair) {
 		store += "?" + q
 	}
 	n := servertest.Start(b, servertest.Options{Store: store, Clock: bus.SystemClock{}})
-	n.HTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
+	n.HTTP = &http.Client{Timeout: time.Minute, Transport: tr}
+	// Before the node's Close (cleanups run last first): the transport may
+	// have dialled a connection it never used, which the server counts as
+	// new, not idle, for 5 s, and its Shutdown (5 s grace) would wait for
+	// it ("close node: context deadline exceeded").
+	b.Cleanup(tr.CloseIdleConnections)
 	u := map[string]any{"quota_tier": "unlimited"}
 	return n, n.NewPairWith(u, u)
 }
