@@ -159,7 +159,7 @@ func tryStartNode(t *testing.T, name, storeURL string) (*node, error) {
 			lw.mu.Lock()
 			lw.done = true
 			lw.mu.Unlock()
-			return nil, fmt.Errorf("exited before it was ready: %v", err)
+			return nil, fmt.Errorf("exited before it was ready: %w", err)
 		default:
 		}
 		resp, err := n.http.Get(n.url + "/readyz")
@@ -187,7 +187,7 @@ type answer struct {
 
 func (a *answer) decode(v any) error {
 	if err := json.Unmarshal(a.body, v); err != nil {
-		return fmt.Errorf("decode answer (status %d): %v: %q", a.status, err, a.body)
+		return fmt.Errorf("decode answer (status %d): %w: %q", a.status, err, a.body)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -235,7 +236,7 @@ const maxClaim = 10_000
 func attemptLimit(ctx context.Context, tx pgx.Tx, queueID string) (int, error) {
 	var limit int
 	err := tx.QueryRow(ctx, `SELECT attempt_limit FROM connections WHERE id = $1`, queueID).Scan(&limit)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: queue %s", bus.ErrNotFound, queueID)
 	}
 	return limit, err
@@ -423,7 +424,7 @@ func takeAttempt(ctx context.Context, tx pgx.Tx, p *bus.ReceiveParams, now int64
 		var handles *string
 		err = tx.QueryRow(ctx, `SELECT created_at, handles FROM attempts
 			WHERE queue_id = $1 AND attempt_id = $2 FOR UPDATE`, p.QueueID, p.AttemptID).Scan(&created, &handles)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted since the insert saw it: try again
 		}
 		if err != nil {

@@ -23,7 +23,6 @@ func TestAckBatchMatchesSQLite(t *testing.T) {
 	t.Cleanup(func() { _ = lite.Close() })
 	stores := map[string]bus.Store{"postgres": OpenTest(t), "sqlite": lite}
 
-	type step func(s bus.Store, q string, ds map[string]bus.Handle) []bus.SettleResult
 	run := func(s bus.Store) [][]bus.SettleResult {
 		ctx := t.Context()
 		ws, prod, q := bus.NewID(bus.PrefixWorkspace), bus.NewID(bus.PrefixConnection), bus.NewID(bus.PrefixConnection)

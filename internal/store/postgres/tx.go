@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -274,7 +275,7 @@ func (t *mgmtTx) SkillsGet(connectionID string) (bus.Skills, error) {
 	var regs string
 	var updated int64
 	err := t.tx.QueryRow(t.ctx, `SELECT registrations, updated_at FROM skills WHERE connection_id = $1`, connectionID).Scan(&regs, &updated)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return bus.Skills{Registrations: []bus.SkillRegistration{}}, nil
 	}
 	if err != nil {

@@ -332,7 +332,7 @@ func (w *writer) committed(live []*op) {
 	// after the batches before it, whose writes it may have read.
 	wrote := true
 	var n int64
-	if st, err := w.stmts.get(context.Background(), "SELECT total_changes()"); err == nil && st.QueryRow().Scan(&n) == nil {
+	if st, err := w.stmts.get(context.Background(), "SELECT total_changes()"); err == nil && st.QueryRowContext(context.Background()).Scan(&n) == nil {
 		wrote = n != w.changes
 		w.changes = n
 	}
