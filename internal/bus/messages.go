@@ -41,19 +41,17 @@ func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, e
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
-	var woken []string
-	seen := map[string]bool{}
+	placed := map[string]int{} // queue -> messages placed in it
 	for j, o := range outs {
 		n := o.Deliveries
 		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &n, Duplicate: o.Duplicate}
 		for _, q := range o.QueueIDs {
-			if !seen[q] {
-				seen[q] = true
-				woken = append(woken, q)
-			}
+			placed[q]++
 		}
 	}
-	s.wake(ctx, woken)
+	for q, n := range placed {
+		s.notifier.Notify(q, n) // at most one waiter per new message
+	}
 	return results, nil
 }
 
@@ -74,8 +72,9 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 	for {
 		// Register for a wake-up before looking, so a publish landing between
 		// the look and the wait is not missed.
-		woken := s.notifier.Wait(r.QueueID)
+		woken, cancel := s.notifier.Wait(r.QueueID)
 		if ctx.Err() != nil {
+			s.passOn(r.QueueID, cancel)
 			return nil, nil // the client has gone: take nothing for it
 		}
 		now := s.clock.Now()
@@ -84,6 +83,7 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
 		})
 		if err != nil {
+			s.passOn(r.QueueID, cancel)
 			if ctx.Err() != nil {
 				return nil, nil
 			}
@@ -92,6 +92,11 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		}
 		s.wake(ctx, res.Woken)
 		if len(res.Deliveries) > 0 {
+			// A wake that reached us while we were claiming, or a full batch
+			// (more may be ready), is passed on to the next waiter.
+			if cancel() || len(res.Deliveries) == r.Max {
+				s.notifier.Notify(r.QueueID, 1)
+			}
 			if ctx.Err() != nil {
 				// The client went away while we claimed: give them back at once.
 				s.releaseDeliveries(res.Deliveries, r.QueueID)
@@ -100,10 +105,12 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			return res.Deliveries, nil
 		}
 		if res.Replayed {
+			s.passOn(r.QueueID, cancel)
 			return nil, nil // a retried attempt takes nothing new: answer at once
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		}
 		wait := min(left, s.cfg.PollFallback)
@@ -118,14 +125,25 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		select {
 		case <-woken:
 		case <-t.C:
+			cancel() // look again either way
 		case <-ctx.Done():
 			t.Stop()
+			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		case <-s.stopping:
 			t.Stop()
+			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		}
 		t.Stop()
+	}
+}
+
+// passOn deregisters a waiter that is done; if a wake-up had already picked
+// it, the wake-up goes to the next waiter instead of being lost.
+func (s *Service) passOn(queueID string, cancel func() bool) {
+	if cancel() {
+		s.notifier.Notify(queueID, 1)
 	}
 }
 
@@ -148,12 +166,13 @@ func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
 		s.log.Error("release undelivered messages", "queue_id", queueID, "err", err)
 		return
 	}
+	n := 0
 	for _, r := range res {
 		if r.Woken {
-			s.wake(ctx, []string{queueID})
-			break
+			n++
 		}
 	}
+	s.notifier.Notify(queueID, n)
 }
 
 // HandleResult is the outcome of one receipt handle of an ack or nack.
@@ -192,7 +211,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			s.log.ErrorContext(ctx, "settle", "queue_id", queueID, "err", err)
 			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
 		}
-		woke := false
+		woke := 0
 		for j, r := range res {
 			i := idx[j]
 			out[i].OK = r.OK
@@ -205,11 +224,11 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 					out[i].Message = "The receipt handle is not from this message's latest delivery."
 				}
 			}
-			woke = woke || r.Woken
+			if r.Woken {
+				woke++
+			}
 		}
-		if woke {
-			s.wake(ctx, []string{queueID})
-		}
+		s.notifier.Notify(queueID, woke)
 	}
 	return out, nil
 }
@@ -368,9 +387,7 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 	if err != nil {
 		return 0, fmt.Errorf("redrive: %w", err)
 	}
-	if n > 0 {
-		s.wake(ctx, []string{id})
-	}
+	s.notifier.Notify(id, n)
 	return n, nil
 }
 

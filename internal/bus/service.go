@@ -124,7 +124,7 @@ func (s *Service) Start() {
 	s.bgDone.Add(2)
 	go func() {
 		defer s.bgDone.Done()
-		if err := s.store.Listen(ctx, s.notifier.Notify); err != nil && ctx.Err() == nil {
+		if err := s.store.Listen(ctx, s.notifier.NotifyAll); err != nil && ctx.Err() == nil {
 			s.log.Error("listen for wake-ups ended", "err", err)
 		}
 	}()
@@ -182,6 +182,6 @@ func (s *Service) Stop() {
 // transaction of the change (see Store.Listen).
 func (s *Service) wake(_ context.Context, queueIDs []string) {
 	for _, q := range queueIDs {
-		s.notifier.Notify(q)
+		s.notifier.NotifyAll(q) // how many became ready is not known here
 	}
 }
