@@ -139,7 +139,7 @@ var good = []answer{
 	{"redrive", "POST", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/dead-letters/redrive", 200, jsonOnly, `{"redriven":1}`},
 	{"purge", "POST", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/purge", 200, jsonOnly, `{"purged":0}`},
 	{"skills never put", "GET", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/skills", 200, jsonOnly,
-		`{"registrations":[],"updated_at":null}`},
+		`{"registrations":[],"updated_at":"2026-09-25T10:00:00.000Z"}`},
 	{"usage", "GET", "/v1/manage/workspaces/" + ws + "/connections/" + cons + "/usage", 200, jsonOnly,
 		`{"connection_id":"` + cons + `","tier":"standard","day":"2026-09-25","requests_today":12,"daily_quota":100000,"remaining":99988,"resets_at":"2026-09-26T00:00:00.000Z"}`},
 	{"audit", "GET", "/v1/manage/workspaces/" + ws + "/audit", 200, jsonOnly,

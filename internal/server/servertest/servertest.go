@@ -114,6 +114,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.closed = true
+	n.HTTP.CloseIdleConnections()
 	if err := n.Server.Close(); err != nil {
 		n.T.Errorf("close node: %v", err)
 	}
