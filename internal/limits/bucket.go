@@ -140,7 +140,12 @@ func Take(s State, tier Tier, now time.Time) (State, Decision) {
 		deficit += iv
 	}
 	next := State{Bucket: s.Bucket, Quota: q}
-	if tier.RateLimited() {
+	// A refused request leaves a bucket of the same interval as it was: its
+	// deficit may have been clamped to the capacity (a request whose now is
+	// older than the last one's, as happens when nodes' requests reach the
+	// shared state out of order), and writing now+capacity back would hand
+	// tokens out again.
+	if tier.RateLimited() && (d.Allowed || s.Bucket.Interval != iv) {
 		next.Bucket = BucketState{}
 		if deficit > 0 {
 			next.Bucket = BucketState{Full: now.Add(deficit), Interval: iv}

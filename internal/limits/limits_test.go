@@ -725,3 +725,34 @@ func TestDayBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// Requests of several nodes reach a shared state out of order: a refused
+// request whose now is older than the last one's must not give tokens back.
+func TestRefusalOutOfOrderKeepsBucket(t *testing.T) {
+	t.Parallel()
+	tier := limits.Standard()
+	t0 := time.Date(2026, 9, 25, 10, 0, 0, 0, time.UTC)
+	var st limits.State
+	allowed := 0
+	for i := range 40 {
+		var d limits.Decision
+		st, d = limits.Take(st, tier, t0.Add(time.Duration(i)*time.Millisecond))
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 40 {
+		t.Fatalf("burst: %d allowed, want 40", allowed)
+	}
+	full := st.Bucket.Full
+	// A late request carrying an old now (100 ms before the burst) is refused
+	// and leaves the bucket as it was.
+	st, d := limits.Take(st, tier, t0.Add(-100*time.Millisecond))
+	if d.Allowed || !st.Bucket.Full.Equal(full) {
+		t.Fatalf("old-now request: allowed=%v, bucket full at %v, want refused and %v", d.Allowed, st.Bucket.Full, full)
+	}
+	// So at the burst's last now nothing more is allowed.
+	if _, d := limits.Take(st, tier, t0.Add(40*time.Millisecond)); d.Allowed {
+		t.Fatal("a token came back from a refusal")
+	}
+}
