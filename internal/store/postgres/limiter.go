@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,75 @@ type Limiter struct {
 	s *Store
 	// nextSweep is the unix nanoseconds of the next sweep of idle rows.
 	nextSweep atomic.Int64
+
+	// The unlimited tier's decisions do not depend on any state: its
+	// requests are only counted (for the usage route), so they are counted
+	// here and written at most once a second per node instead of costing a
+	// round trip each. Usage of an unlimited connection may lag by that
+	// much, and a node that stops loses at most its last second of counts.
+	mu        sync.Mutex
+	pending   map[pendingCount]int64
+	nextFlush int64 // unix nanoseconds
+}
+
+// pendingCount is a key's count of one UTC day (unix seconds) not yet written.
+type pendingCount struct {
+	key string
+	day int64
+}
+
+// limitAddCount adds counted requests of a day to a key's row; a row of an
+// older day starts again at the count, one of a newer day is left alone.
+const limitAddCount = `INSERT INTO rate_limits (key, quota_day, quota_count) VALUES ($1, $2, $3)
+	ON CONFLICT (key) DO UPDATE SET
+		quota_count = CASE WHEN rate_limits.quota_day = EXCLUDED.quota_day THEN rate_limits.quota_count + EXCLUDED.quota_count
+		                   WHEN rate_limits.quota_day > EXCLUDED.quota_day THEN rate_limits.quota_count
+		                   ELSE EXCLUDED.quota_count END,
+		quota_day = GREATEST(rate_limits.quota_day, EXCLUDED.quota_day)`
+
+// countUnlimited counts a request of an unlimited key and writes the
+// pending counts when a second has passed since the last write.
+func (l *Limiter) countUnlimited(ctx context.Context, key string, now time.Time) {
+	now = now.UTC()
+	l.mu.Lock()
+	if l.pending == nil {
+		l.pending = make(map[pendingCount]int64)
+	}
+	l.pending[pendingCount{key, now.Truncate(24 * time.Hour).Unix()}]++
+	var batch map[pendingCount]int64
+	if now.UnixNano() >= l.nextFlush {
+		batch, l.pending = l.pending, nil
+		l.nextFlush = now.Add(time.Second).UnixNano()
+	}
+	l.mu.Unlock()
+	if batch != nil {
+		l.flush(ctx, batch)
+	}
+}
+
+// flushPending writes every pending count now.
+func (l *Limiter) flushPending(ctx context.Context) {
+	l.mu.Lock()
+	batch := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	if len(batch) > 0 {
+		l.flush(ctx, batch)
+	}
+}
+
+// flush writes counts in one round trip; a failure is logged (the counts
+// only feed the usage route).
+func (l *Limiter) flush(ctx context.Context, batch map[pendingCount]int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	b := &pgx.Batch{}
+	for k, n := range batch {
+		b.Queue(limitAddCount, k.key, k.day, n)
+	}
+	if err := l.s.pool.SendBatch(ctx, b).Close(); err != nil {
+		l.s.logger.WarnContext(ctx, "postgres: limits: write unlimited counts", "err", err, "keys", len(batch))
+	}
 }
 
 var _ limits.Limiter = (*Limiter)(nil)
@@ -59,6 +129,11 @@ const (
 func (l *Limiter) Allow(ctx context.Context, key string, tier limits.Tier, now time.Time) (limits.Decision, error) {
 	if err := tier.Validate(); err != nil {
 		return limits.Decision{}, err
+	}
+	if tier.IsUnlimited() {
+		_, d := limits.Take(limits.State{}, tier, now)
+		l.countUnlimited(ctx, key, now)
+		return d, nil
 	}
 	old, stored, err := l.take(ctx, key, tier, now)
 	if err != nil {
@@ -145,6 +220,7 @@ func (l *Limiter) Usage(ctx context.Context, key string, tier limits.Tier, now t
 	if err := tier.Validate(); err != nil {
 		return limits.Usage{}, err
 	}
+	l.flushPending(ctx) // this node's unlimited counts, so usage shows them
 	st, err := scanState(l.s.pool.QueryRow(ctx, limitRead, key))
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return limits.Usage{}, fmt.Errorf("postgres: limits: %w", interpretError(err))

@@ -418,3 +418,31 @@ func TestLimitTakeMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// Unlimited requests are counted in the node and written at most once a
+// second; usage shows them (the node writes its pending counts first), and
+// a new UTC day starts again.
+func TestUnlimitedCountedForUsage(t *testing.T) {
+	t.Parallel()
+	l := OpenTest(t).Limiter()
+	ctx := t.Context()
+	now := time.Date(2026, 9, 25, 23, 59, 59, 0, time.UTC)
+	for i := range 5 {
+		d, err := l.Allow(ctx, "u", limits.Unlimited(), now.Add(time.Duration(i)*time.Millisecond))
+		if err != nil || !d.Allowed {
+			t.Fatalf("unlimited request %d: %+v %v", i, d, err)
+		}
+	}
+	u, err := l.Usage(ctx, "u", limits.Unlimited(), now)
+	if err != nil || u.RequestsToday != 5 {
+		t.Fatalf("usage %+v, %v: want 5 requests today", u, err)
+	}
+	next := now.Add(2 * time.Second) // the next UTC day
+	if _, err := l.Allow(ctx, "u", limits.Unlimited(), next); err != nil {
+		t.Fatal(err)
+	}
+	u, err = l.Usage(ctx, "u", limits.Unlimited(), next)
+	if err != nil || u.RequestsToday != 1 {
+		t.Fatalf("usage on the next day %+v, %v: want 1", u, err)
+	}
+}
