@@ -182,3 +182,28 @@ func TestBadStoreAndRetentionRefused(t *testing.T) {
 		}
 	}
 }
+
+// A connection a client opened and never used does not make the stop fail:
+// after the grace the node closes it.
+func TestStopWithAnUnusedConnection(t *testing.T) {
+	t.Parallel()
+	srv, err := server.New(context.Background(), server.Config{
+		Listen: "127.0.0.1:0", Store: "sqlite:" + filepath.Join(servertest.TempDir(t), "s.db"),
+		BootstrapKey: servertest.BootstrapKey, ShutdownGrace: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	begun := time.Now()
+	if err := srv.Close(); err != nil {
+		t.Fatalf("close with an unused connection open: %v", err)
+	}
+	if d := time.Since(begun); d > 3*time.Second {
+		t.Fatalf("close took %v", d)
+	}
+}
