@@ -74,6 +74,45 @@ func (c *checker) settling(ds []bus.Delivery) {
 	}
 }
 
+// ackTaken acknowledges deliveries in one call (the checker first marks
+// them settled) and counts them; false when the call failed.
+func (e *env) ackTaken(ctx context.Context, c *checker, q string, ds []bus.Delivery, now time.Time, acked *atomic.Int64) bool {
+	hs := make([]bus.Handle, len(ds))
+	for i, d := range ds {
+		hs[i] = d.Handle
+	}
+	c.settling(ds)
+	res, err := e.s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: now})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.t.Errorf("MessageAck: %v", err)
+		}
+		return false
+	}
+	for i, x := range res {
+		if !x.OK {
+			e.t.Errorf("ack of %s failed: %+v", ds[i].MessageID, x)
+		}
+	}
+	acked.Add(int64(len(hs)))
+	return true
+}
+
+// waitDrained waits for the workers, then fails the test unless no rule
+// broke, nothing timed out and every one of total messages was delivered.
+func (e *env) waitDrained(ctx context.Context, wg *sync.WaitGroup, c *checker, acked *atomic.Int64, total int64) {
+	wg.Wait()
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
+	if ctx.Err() != nil {
+		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
+	}
+	if got := int64(len(c.delivered)); got != total {
+		e.t.Errorf("%d distinct messages delivered, want %d", got, total)
+	}
+}
+
 func testConcurrentReceiveAck(e *env) {
 	stories, per, workers := 200, 10, 8
 	if testing.Short() {
@@ -123,40 +162,18 @@ func testConcurrentReceiveAck(e *env) {
 					e.t.Errorf("receive(max 10) returned %d", len(r.Deliveries))
 				}
 				c.took(r.Deliveries, orderKey)
-				hs := make([]bus.Handle, len(r.Deliveries))
-				for i, d := range r.Deliveries {
-					hs[i] = d.Handle
+				for _, d := range r.Deliveries {
 					if d.ReceiveCount != 1 {
 						e.t.Errorf("%s ReceiveCount = %d, want 1", d.MessageID, d.ReceiveCount)
 					}
 				}
-				c.settling(r.Deliveries)
-				res, err := e.s.MessageAck(ctx, &bus.SettleParams{QueueID: f.Q, Handles: hs, Now: now})
-				if err != nil {
-					if ctx.Err() == nil {
-						e.t.Errorf("MessageAck: %v", err)
-					}
+				if !e.ackTaken(ctx, c, f.Q, r.Deliveries, now, &acked) {
 					return
 				}
-				for i, x := range res {
-					if !x.OK {
-						e.t.Errorf("ack of %s failed: %+v", r.Deliveries[i].MessageID, x)
-					}
-				}
-				acked.Add(int64(len(hs)))
 			}
 		})
 	}
-	wg.Wait()
-	if e.t.Failed() {
-		e.t.FailNow()
-	}
-	if ctx.Err() != nil {
-		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
-	}
-	if got := int64(len(c.delivered)); got != total {
-		e.t.Errorf("%d distinct messages delivered, want %d", got, total)
-	}
+	e.waitDrained(ctx, &wg, c, &acked, total)
 	for s := 0; s < stories; s++ {
 		if n := c.next[fmt.Sprintf("story-%03d", s)]; n != per {
 			e.t.Errorf("story-%03d: %d messages delivered, want %d", s, n, per)
@@ -223,37 +240,13 @@ func testConcurrentPublishReceive(e *env) {
 					continue
 				}
 				c.took(r.Deliveries, orderKey)
-				hs := make([]bus.Handle, len(r.Deliveries))
-				for i, d := range r.Deliveries {
-					hs[i] = d.Handle
-				}
-				c.settling(r.Deliveries)
-				res, err := e.s.MessageAck(ctx, &bus.SettleParams{QueueID: f.Q, Handles: hs, Now: now})
-				if err != nil {
-					if ctx.Err() == nil {
-						e.t.Errorf("MessageAck: %v", err)
-					}
+				if !e.ackTaken(ctx, c, f.Q, r.Deliveries, now, &acked) {
 					return
 				}
-				for i, x := range res {
-					if !x.OK {
-						e.t.Errorf("ack of %s failed: %+v", r.Deliveries[i].MessageID, x)
-					}
-				}
-				acked.Add(int64(len(hs)))
 			}
 		})
 	}
-	wg.Wait()
-	if e.t.Failed() {
-		e.t.FailNow()
-	}
-	if ctx.Err() != nil {
-		e.t.Fatalf("timed out with %d of %d acknowledged", acked.Load(), total)
-	}
-	if got := int64(len(c.delivered)); got != total {
-		e.t.Errorf("%d distinct messages delivered, want %d", got, total)
-	}
+	e.waitDrained(ctx, &wg, c, &acked, total)
 	e.wantStats(f.Q, now, bus.QueueStats{})
 }
 
