@@ -98,6 +98,17 @@ func (o *cliOptions) ws() (string, error) {
 	return w, nil
 }
 
+// workspaceManager is the management client and workspace id of a
+// workspace-scoped command.
+func (o *cliOptions) workspaceManager() (*client.Manager, string, error) {
+	m, err := o.manager()
+	if err != nil {
+		return nil, "", err
+	}
+	ws, err := o.ws()
+	return m, ws, err
+}
+
 // clientConfig is the SDK configuration of publish and receive.
 func (o *cliOptions) clientConfig() (client.Config, error) {
 	if err := o.checkOutput(); err != nil {

@@ -140,11 +140,7 @@ func connCmd(o *cliOptions, use, short, kind string, run func(ctx context.Contex
 		Use: use, Short: short, Args: cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeConnections(kind),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
@@ -185,11 +181,7 @@ func newConnectionCommand() *cobra.Command {
 	create := &cobra.Command{
 		Use: "create --kind consumer|producer --name NAME", Short: "Create a connection (admins)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
@@ -225,11 +217,7 @@ func newConnectionCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List connections", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
@@ -378,11 +366,7 @@ func newDeadLettersCommand() *cobra.Command {
 		Short: "Move dead letters (all, or the given ones) back to the end of their stories",
 		Args:  cobra.MinimumNArgs(1), ValidArgsFunction: o.completeConnections(client.KindConsumer),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
@@ -444,11 +428,7 @@ func newAuditCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "audit", Short: "Read the workspace's audit log, newest first (admins)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}

@@ -160,11 +160,7 @@ func newMemberCommand() *cobra.Command {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
@@ -180,11 +176,7 @@ func newMemberCommand() *cobra.Command {
 	}, &cobra.Command{
 		Use: "remove USER", Short: "Remove a user's role in the workspace", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := o.manager()
-			if err != nil {
-				return err
-			}
-			ws, err := o.ws()
+			m, ws, err := o.workspaceManager()
 			if err != nil {
 				return err
 			}
