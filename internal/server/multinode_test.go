@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sombus/sombus/internal/server/servertest"
 	"github.com/sombus/sombus/internal/store/postgres"
 )
 
@@ -208,34 +209,11 @@ func (a *answer) rule() string {
 
 // do sends a request; safe from any goroutine (it returns errors, never fails the test).
 func (n *node) do(ctx context.Context, method, path, bearer string, body any) (*answer, error) {
-	var rd io.Reader
-	if body != nil {
-		j, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, n.url+path, rd)
+	r, err := servertest.Call(ctx, n.http, n.url, method, path, bearer, body)
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := n.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return &answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return &answer{status: r.Status, header: r.Header, body: r.Body}, nil
 }
 
 // must is do for the test goroutine: it fails the test unless the answer

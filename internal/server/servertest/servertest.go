@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -167,35 +168,56 @@ func (r *Response) Rule() string {
 }
 
 // Do sends a request with an optional bearer credential and JSON body
-// (a string or []byte is sent as is, anything else is marshalled).
+// (a string or []byte is sent as is, anything else is marshalled), failing
+// the test if it cannot be sent.
 func (n *Node) Do(method, path, bearer string, body any) *Response {
 	n.T.Helper()
+	r, err := Call(context.Background(), n.HTTP, n.URL, method, path, bearer, body)
+	if err != nil {
+		n.T.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// Call sends a request to any node at baseURL with an optional bearer
+// credential and JSON body (a string or []byte is sent as is, anything else
+// is marshalled) and reads the answer whole. It returns errors instead of
+// failing a test, so it is safe from any goroutine.
+func Call(ctx context.Context, c *http.Client, baseURL, method, path, bearer string, body any) (*Response, error) {
 	var rd io.Reader
-	ct := ""
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd, ct = strings.NewReader(b), "application/json"
+		rd = strings.NewReader(b)
 	case []byte:
-		rd, ct = bytes.NewReader(b), "application/json"
+		rd = bytes.NewReader(b)
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			n.T.Fatalf("marshal body: %v", err)
+			return nil, fmt.Errorf("marshal body: %w", err)
 		}
-		rd, ct = bytes.NewReader(j), "application/json"
+		rd = bytes.NewReader(j)
 	}
-	req, err := http.NewRequestWithContext(context.Background(), method, n.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+path, rd)
 	if err != nil {
-		n.T.Fatalf("request: %v", err)
+		return nil, err
 	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	return n.Send(req)
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read answer: %w", err)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
 
 // Send sends a prepared request and reads the answer whole.
@@ -414,40 +436,7 @@ func (n *Node) Maintain() {
 // it returns the error (a refused connection after the node stopped, ctx
 // ending). body is sent as JSON when not nil (see Do).
 func (n *Node) Try(ctx context.Context, method, path, bearer string, body any) (*Response, error) {
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := n.HTTP.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	return Call(ctx, n.HTTP, n.URL, method, path, bearer, body)
 }
 
 // MessagesPath is the receive route of p's consumer.
