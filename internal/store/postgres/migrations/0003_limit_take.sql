@@ -15,10 +15,12 @@
 -- bucket); burst the tier's burst; quota its daily quota (0: none).
 -- Columns as in 0002: NULL bucket_full / quota_day is the zero time.
 --
--- Allowed and refused requests alike: a refused request takes and counts
--- nothing, but the state is still rewritten in the current tier's units
--- (a tier change converts the bucket; a new day drops yesterday's count),
--- as limits.Take returns it.
+-- A refused request takes and counts nothing and leaves a bucket of the
+-- same interval as it was: the deficit of a request whose now is older than
+-- the last one's (requests of several nodes reach the row out of order) is
+-- clamped to the capacity, and writing now + deficit back would hand tokens
+-- out again. A tier change converts the bucket; a new day drops
+-- yesterday's count.
 CREATE FUNCTION sombus_limit_take(
     p_key text, p_now bigint, p_today bigint, p_iv bigint, p_burst bigint, p_quota bigint,
     OUT old_full bigint, OUT old_iv bigint, OUT old_day bigint, OUT old_count bigint,
@@ -101,7 +103,9 @@ BEGIN
 
     new_full := old_full;
     new_iv := old_iv;
-    IF p_iv > 0 THEN
+    -- A refused request leaves a bucket of the same interval as it was (see
+    -- the header of this file).
+    IF p_iv > 0 AND ((NOT quota_out AND NOT rate_out) OR old_iv <> p_iv) THEN
         IF deficit > 0 THEN
             new_full := p_now + deficit;
             new_iv := p_iv;
