@@ -74,6 +74,19 @@ func (c *checker) settling(ds []bus.Delivery) {
 	}
 }
 
+// receiveBatch is one receive of up to 10 with an hour's visibility; false
+// when the call failed (an error unless the run is ending).
+func (e *env) receiveBatch(ctx context.Context, q string, now time.Time) (*bus.ReceiveResult, bool) {
+	r, err := e.s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.t.Errorf("MessageReceive: %v", err)
+		}
+		return nil, false
+	}
+	return r, true
+}
+
 // ackTaken acknowledges deliveries in one call (the checker first marks
 // them settled) and counts them; false when the call failed.
 func (e *env) ackTaken(ctx context.Context, c *checker, q string, ds []bus.Delivery, now time.Time, acked *atomic.Int64) bool {
@@ -147,11 +160,8 @@ func testConcurrentReceiveAck(e *env) {
 	for range workers {
 		wg.Go(func() {
 			for acked.Load() < total && ctx.Err() == nil {
-				r, err := e.s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Hour, Now: now})
-				if err != nil {
-					if ctx.Err() == nil {
-						e.t.Errorf("MessageReceive: %v", err)
-					}
+				r, ok := e.receiveBatch(ctx, f.Q, now)
+				if !ok {
 					return
 				}
 				if len(r.Deliveries) == 0 {
@@ -228,11 +238,8 @@ func testConcurrentPublishReceive(e *env) {
 	for range receivers {
 		wg.Go(func() {
 			for acked.Load() < total && ctx.Err() == nil {
-				r, err := e.s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Hour, Now: now})
-				if err != nil {
-					if ctx.Err() == nil {
-						e.t.Errorf("MessageReceive: %v", err)
-					}
+				r, ok := e.receiveBatch(ctx, f.Q, now)
+				if !ok {
 					return
 				}
 				if len(r.Deliveries) == 0 {
@@ -286,11 +293,8 @@ func testConcurrentNack(e *env) {
 	for range workers {
 		wg.Go(func() {
 			for acked.Load() < total && ctx.Err() == nil {
-				r, err := e.s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Hour, Now: now})
-				if err != nil {
-					if ctx.Err() == nil {
-						e.t.Errorf("MessageReceive: %v", err)
-					}
+				r, ok := e.receiveBatch(ctx, f.Q, now)
+				if !ok {
 					return
 				}
 				if len(r.Deliveries) == 0 {
@@ -339,6 +343,7 @@ func testConcurrentNack(e *env) {
 					}
 					p := &bus.SettleParams{QueueID: f.Q, Handles: x.hs, Now: now}
 					var res []bus.SettleResult
+					var err error
 					if x.nack {
 						res, err = e.s.MessageNack(ctx, p)
 					} else {
