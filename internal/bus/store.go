@@ -55,10 +55,6 @@ type Store interface {
 	// (one node) blocks until ctx ends: its node wakes its own waiters from
 	// the Woken/QueueIDs results.
 	Listen(ctx context.Context, fn func(queueID string)) error
-	// NotifyReady tells other nodes that these queues have ready messages
-	// (for callers outside the store's own operations; a no-op on SQLite).
-	NotifyReady(ctx context.Context, queueIDs []string) error
-
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the store.

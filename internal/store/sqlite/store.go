@@ -281,6 +281,3 @@ func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
 	<-ctx.Done()
 	return nil
 }
-
-// NotifyReady does nothing: there are no other nodes to tell.
-func (s *Store) NotifyReady(ctx context.Context, queueIDs []string) error { return nil }
