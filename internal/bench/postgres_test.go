@@ -26,7 +26,7 @@ import (
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server/servertest"
-	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 const (
@@ -68,11 +68,11 @@ func BenchmarkMessagePath(b *testing.B) {
 		mpRun(b, nodes, p)
 	})
 	b.Run("store=postgres/nodes=1", func(b *testing.B) {
-		nodes, p := mpNodes(b, postgres.TestURL(b), 1)
+		nodes, p := mpNodes(b, pgtest.URL(b), 1)
 		mpRun(b, nodes, p)
 	})
 	b.Run("store=postgres/nodes=2", func(b *testing.B) {
-		nodes, p := mpNodes(b, postgres.TestURL(b), 2)
+		nodes, p := mpNodes(b, pgtest.URL(b), 2)
 		mpRun(b, nodes, p)
 	})
 }

@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/server/servertest"
-	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // bootstrapKey is the first operator's API key on the test nodes.
@@ -342,7 +342,7 @@ func (n *node) receive(ctx context.Context, c conn, query string) ([]received, *
 }
 
 func TestTwoNodes(t *testing.T) {
-	storeURL := postgres.TestURL(t) // fails under CI=true when unreachable
+	storeURL := pgtest.URL(t) // fails under CI=true when unreachable
 	var a, b *node
 	var wg sync.WaitGroup
 	// Both start at once on a fresh schema: one migrates, the other waits.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // TestTwoNodesOneQueue runs two stores ("nodes") on one schema: publishers
@@ -17,7 +18,7 @@ import (
 // order.
 func TestTwoNodesOneQueue(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	nodes := []*Store{openURL(t, url), openURL(t, url)}
 	ws, prod, q := setupQueue(t, nodes[0], 1000)
 

@@ -12,6 +12,7 @@ import (
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // t0 is a morning, well inside a UTC day.
@@ -20,7 +21,7 @@ var t0 = time.Date(2026, 9, 25, 10, 15, 2, 114_000_000, time.UTC)
 // twoNodes opens two stores ("nodes") on one fresh schema.
 func twoNodes(t *testing.T) (*Store, *Store) {
 	t.Helper()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	return openURL(t, url), openURL(t, url)
 }
 

@@ -11,12 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // openURL opens another store (another "node") on url.
 func openURL(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), url, TestLogger(t))
+	s, err := Open(t.Context(), url, testLogger(t))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -40,7 +41,7 @@ func appliedVersions(t *testing.T, s *Store) []int {
 
 func TestMigrateConcurrentOpens(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	all, err := migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestMigrateConcurrentOpens(t *testing.T) {
 	errs := make([]error, nodes)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		wg.Go(func() { stores[i], errs[i] = Open(t.Context(), url, TestLogger(t)) })
+		wg.Go(func() { stores[i], errs[i] = Open(t.Context(), url, testLogger(t)) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -80,12 +81,12 @@ func TestMigrateConcurrentOpens(t *testing.T) {
 
 func TestOpenRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	s := openURL(t, url)
 	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.sql')`); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := Open(t.Context(), url, TestLogger(t))
+	s2, err := Open(t.Context(), url, testLogger(t))
 	if err == nil {
 		s2.Close()
 		t.Fatal("Open succeeded on a schema newer than the binary")
@@ -97,7 +98,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 
 func TestOpenReappliesNothing(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	s := openURL(t, url)
 	before := appliedVersions(t, s)
 	s2 := openURL(t, url)
@@ -152,7 +153,7 @@ func waitFor(t *testing.T, heard <-chan string, want string, send func()) {
 
 func TestNotifyReadyReachesOtherNode(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	a, b := openURL(t, url), openURL(t, url)
 	heard := listen(t, a)
 	q1, q2 := bus.NewID(bus.PrefixConnection), bus.NewID(bus.PrefixConnection)
@@ -165,7 +166,7 @@ func TestNotifyReadyReachesOtherNode(t *testing.T) {
 
 func TestPublishNotifiesOtherNode(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	a, b := openURL(t, url), openURL(t, url)
 	heard := listen(t, a)
 	ws, prod, q := setupQueue(t, b, 5)
@@ -235,7 +236,7 @@ func testMessage(id, story string) bus.PublishMessage {
 
 func TestListenReconnects(t *testing.T) {
 	t.Parallel()
-	url := TestURL(t)
+	url := pgtest.URL(t)
 	// A name of its own, so that only this test's listener is cut off.
 	app := "sombus_listen_" + strings.ToLower(bus.NewID(""))[:12]
 	a := openURL(t, url+"&application_name="+app)

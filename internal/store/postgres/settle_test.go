@@ -16,7 +16,7 @@ import (
 // an earlier handle of the same call acknowledged.
 func TestAckBatchMatchesSQLite(t *testing.T) {
 	t.Parallel()
-	lite, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "s.db"), TestLogger(t))
+	lite, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "s.db"), testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
