@@ -19,11 +19,6 @@ const notifyChannel = "sombus_ready"
 // limit; longer id lists are split over several notifications.
 const maxPayload = 7000
 
-// coalesceWindow is how long NotifyReady gathers queue ids before it sends
-// them in one pg_notify: each NOTIFY commit takes a database-wide lock, so
-// many small ones would serialize the nodes' commits.
-const coalesceWindow = 5 * time.Millisecond
-
 // waker gathers the queues one store call made ready.
 type waker struct{ queues map[string]struct{} }
 
@@ -79,17 +74,13 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// notifier coalesces the notifications of one node. NotifyReady calls:
-// the first call opens a batch, calls within coalesceWindow join it, and
-// one pg_notify sends it; each caller waits for its batch to be sent and
-// gets its error. The store's own wake-ups (post): sent by one goroutine,
-// one send at a time, without a window: the first goes out at once, and
-// the ids posted while a send is on its way go together in the next.
+// notifier sends the wake-ups of one node (post) from one goroutine, one
+// send at a time: the first goes out at once, and the ids posted while a
+// send is on its way go together in the next.
 type notifier struct {
 	s *Store
 
 	mu     sync.Mutex
-	cur    *notifyBatch
 	closed bool
 	wg     sync.WaitGroup
 
@@ -157,83 +148,14 @@ func sendNotify(ctx context.Context, q execer, ids []string) error {
 	return nil
 }
 
-// notifyBatch is one coalesced send.
-type notifyBatch struct {
-	ids  map[string]struct{}
-	done chan struct{}
-	err  error
-}
-
 func newNotifier(s *Store) *notifier { return &notifier{s: s} }
 
-// add puts ids into the open batch (opening one if needed) and returns it.
-func (n *notifier) add(ids []string) (*notifyBatch, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return nil, fmt.Errorf("postgres: store is closed")
-	}
-	b := n.cur
-	if b == nil {
-		b = &notifyBatch{ids: map[string]struct{}{}, done: make(chan struct{})}
-		n.cur = b
-		n.wg.Add(1)
-		go n.flushAfter(b)
-	}
-	for _, id := range ids {
-		b.ids[id] = struct{}{}
-	}
-	return b, nil
-}
-
-// flushAfter sends batch b after the coalescing window.
-func (n *notifier) flushAfter(b *notifyBatch) {
-	defer n.wg.Done()
-	time.Sleep(coalesceWindow)
-	n.mu.Lock()
-	if n.cur == b {
-		n.cur = nil // later calls open a new batch
-	}
-	n.mu.Unlock()
-
-	w := waker{queues: b.ids}
-	// Not a caller's context: the batch belongs to every caller in it.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b.err = interpretError(sendNotify(ctx, n.s.pool, w.list()))
-	close(b.done)
-}
-
-// close refuses new batches and posts and waits for the open ones to be
-// sent.
+// close refuses new posts and waits for the sender to finish.
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	n.mu.Unlock()
 	n.wg.Wait()
-}
-
-// NotifyReady tells every node listening that these queues have ready
-// messages. Calls of one node within a few milliseconds share one
-// pg_notify. The store's own operations notify by themselves (see the
-// package comment), so this is for callers with news of their own.
-func (s *Store) NotifyReady(ctx context.Context, queueIDs []string) error {
-	if len(queueIDs) == 0 {
-		return nil
-	}
-	b, err := s.notify.add(queueIDs)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-b.done:
-		if b.err != nil {
-			return fmt.Errorf("postgres: notify ready: %w", b.err)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Listen holds one dedicated connection (not from the pool: it must stay

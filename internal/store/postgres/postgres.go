@@ -30,11 +30,9 @@
 // flush included, so notifying transactions commit one at a time across
 // every node; coalesced, the nodes send a few notifications instead of one
 // per write. A notification lost to a crash delays a wake-up on another
-// node until its fallback poll, as any lost notification does. Callers
-// need not call NotifyReady for them; the Woken and QueueIDs fields are
-// still filled so that a node can wake its own waiters at once.
-// NotifyReady remains for other callers and coalesces its sends per node
-// over a few milliseconds.
+// node until its fallback poll, as any lost notification does. The Woken
+// and QueueIDs fields are still filled so that a node can wake its own
+// waiters at once.
 //
 // Times are stored as unix milliseconds (bigint) and returned in UTC.
 package postgres

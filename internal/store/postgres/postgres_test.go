@@ -151,17 +151,13 @@ func waitFor(t *testing.T, heard <-chan string, want string, send func()) {
 	}
 }
 
-func TestNotifyReadyReachesOtherNode(t *testing.T) {
+func TestPostReachesOtherNode(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := openURL(t, url), openURL(t, url)
 	heard := listen(t, a)
 	q1, q2 := bus.NewID(bus.PrefixConnection), bus.NewID(bus.PrefixConnection)
-	waitFor(t, heard, q2, func() {
-		if err := b.NotifyReady(t.Context(), []string{q1, q2}); err != nil {
-			t.Errorf("NotifyReady: %v", err)
-		}
-	})
+	waitFor(t, heard, q2, func() { b.notify.post([]string{q1, q2}) })
 }
 
 func TestPublishNotifiesOtherNode(t *testing.T) {
@@ -243,11 +239,7 @@ func TestListenReconnects(t *testing.T) {
 	b := openURL(t, url)
 	heard := listen(t, a)
 	q := bus.NewID(bus.PrefixConnection)
-	notify := func() {
-		if err := b.NotifyReady(t.Context(), []string{q}); err != nil {
-			t.Errorf("NotifyReady: %v", err)
-		}
-	}
+	notify := func() { b.notify.post([]string{q}) }
 	waitFor(t, heard, q, notify)
 
 	// Cut the listening connection as a failover or a restart would.
