@@ -90,7 +90,9 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			s.log.ErrorContext(ctx, "receive", "queue_id", r.QueueID, "err", err)
 			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
 		}
-		s.wake(ctx, res.Woken)
+		for _, q := range res.Woken {
+			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
+		}
 		if len(res.Deliveries) > 0 {
 			// A wake that reached us while we were claiming, or a full batch
 			// (more may be ready), is passed on to the next waiter.

@@ -158,7 +158,9 @@ func (s *Service) Maintain(ctx context.Context) (*MaintainResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.wake(ctx, res.Woken)
+	for _, q := range res.Woken {
+		s.notifier.NotifyAll(q) // how many became ready is not known here
+	}
 	return res, nil
 }
 
@@ -175,13 +177,4 @@ func (s *Service) Stop() {
 		s.bgCancel()
 	}
 	s.bgDone.Wait()
-}
-
-// wake tells this node's waiters that queues have ready messages. Stores
-// shared by several nodes tell the other nodes themselves, in the
-// transaction of the change (see Store.Listen).
-func (s *Service) wake(_ context.Context, queueIDs []string) {
-	for _, q := range queueIDs {
-		s.notifier.NotifyAll(q) // how many became ready is not known here
-	}
 }
