@@ -294,9 +294,6 @@ func (s *Server) Service() *bus.Service { return s.svc }
 // Store returns the node's store.
 func (s *Server) Store() bus.Store { return s.store }
 
-// Handler returns the node's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.api }
-
 // Wait blocks until the server stops serving on its own (an error) or ctx ends.
 func (s *Server) Wait(ctx context.Context) error {
 	select {
