@@ -22,8 +22,7 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/httpapi"
 	"github.com/sombus/sombus/internal/limits"
-	"github.com/sombus/sombus/internal/store/postgres"
-	"github.com/sombus/sombus/internal/store/sqlite"
+	"github.com/sombus/sombus/internal/store"
 )
 
 // Config is everything a node needs; see API.md §9 for the flags.
@@ -67,20 +66,27 @@ type Server struct {
 	URL string
 }
 
-// OpenStore opens the store a --store value names.
-func OpenStore(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error) {
-	switch {
-	case strings.HasPrefix(spec, "sqlite:"):
-		path := strings.TrimPrefix(spec, "sqlite:")
-		if path == "" {
-			return nil, errors.New("--store sqlite: needs a path, as in sqlite:./sombus.db")
-		}
-		return sqlite.Open(ctx, path, log)
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, spec, log)
+// A store that several nodes may share offers the node, through these
+// optional interfaces, what the nodes must then share too. A store that
+// offers none (SQLite: one node) gets limiters kept in process and no
+// start-up lock.
+type (
+	// StartupLocker serializes the first steps of nodes starting together:
+	// reading or making the signing key, the handle key and the first
+	// operator. unlock releases the lock.
+	StartupLocker interface {
+		LockStartup(ctx context.Context) (unlock func(), err error)
 	}
-	return nil, fmt.Errorf("--store must be sqlite:PATH or a postgres:// URL")
-}
+	// RateLimiterStore keeps rate limits and daily quotas for every node.
+	RateLimiterStore interface {
+		RateLimiter() limits.Limiter
+	}
+	// FailureLimiterStore keeps the token endpoint's failure windows for
+	// every node.
+	FailureLimiterStore interface {
+		TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter
+	}
+)
 
 // New opens the store, prepares every part and starts listening.
 func New(ctx context.Context, cfg Config) (*Server, error) {
@@ -144,15 +150,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			}
 		}
 	}()
-	s.store, err = OpenStore(ctx, cfg.Store, log)
+	s.store, err = store.Open(ctx, cfg.Store, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if pg, ok := s.store.(*postgres.Store); ok {
+	if l, ok := s.store.(StartupLocker); ok {
 		// Nodes starting together on one database take turns to read or
 		// make the signing key, the handle key and the first operator, so
 		// that all of them use what the first one made.
-		unlock, err := pg.LockStartup(ctx)
+		unlock, err := l.LockStartup(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -188,8 +194,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// 30 seconds.
 	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
 	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
-	if pg, ok := s.store.(*postgres.Store); ok {
-		limiter, failures = pg.Limiter(), pg.FailureLimiter(cfg.Clock)
+	if st, ok := s.store.(RateLimiterStore); ok {
+		limiter = st.RateLimiter()
+	}
+	if st, ok := s.store.(FailureLimiterStore); ok {
+		failures = st.TokenFailureLimiter(cfg.Clock)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
