@@ -23,7 +23,7 @@ func cliCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newWorkspaceCommand(), newUserCommand(), newKeyCommand(), newMemberCommand(),
 		newConnectionCommand(), newSecretCommand(), newDeadLettersCommand(), newPurgeCommand(),
-		newAuditCommand(), newPublishCommand(), newReceiveCommand(),
+		newAuditCommand(), newPublishCommand(), newReceiveCommand(), newSkillsCommand(),
 	}
 }
 
@@ -31,37 +31,49 @@ func cliCommands() []*cobra.Command {
 const defaultURL = "http://127.0.0.1:8080"
 
 // cliOptions are the connection and output settings of one command tree:
-// flags, else the SOMBUS_* environment variables.
+// flags, else the SOMBUS_* environment variables. --url, --api-key and
+// --output are the root command's (see bindGlobal), so that every command
+// and the root's help show them.
 type cliOptions struct {
-	url, apiKey, workspace, output string
-	clientID, clientSecret         string
-	cmd                            *cobra.Command
+	workspace              string
+	clientID, clientSecret string
+	cmd                    *cobra.Command
 }
 
-// bind adds the management flags (--url, --api-key, --output and, when
-// workspace, --workspace) to cmd and its subcommands.
+// bindGlobal adds the flags of every command that talks to a running bus
+// to the root command: --url, --api-key and --output.
+func bindGlobal(root *cobra.Command) {
+	f := root.PersistentFlags()
+	f.String("url", "", "the bus's base URL (env SOMBUS_URL; default "+defaultURL+")")
+	f.String("api-key", "", "your API key, for the management commands (env SOMBUS_API_KEY)")
+	f.StringP("output", "o", "table", "output format: table or json")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// global is the value of one of the root's flags (see bindGlobal).
+func (o *cliOptions) global(name string) string {
+	if f := o.cmd.Root().PersistentFlags().Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// bind adds --workspace, when workspace, to cmd and its subcommands, and
+// gives them the root's --url, --api-key and --output.
 func (o *cliOptions) bind(cmd *cobra.Command, workspace bool) {
 	o.cmd = cmd
-	f := cmd.PersistentFlags()
-	f.StringVar(&o.url, "url", "", "the bus's base URL (env SOMBUS_URL; default "+defaultURL+")")
-	f.StringVar(&o.apiKey, "api-key", "", "your API key (env SOMBUS_API_KEY)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	if workspace {
-		f.StringVarP(&o.workspace, "workspace", "w", "", "the workspace id (env SOMBUS_WORKSPACE)")
+		cmd.PersistentFlags().StringVarP(&o.workspace, "workspace", "w", "", "the workspace id (env SOMBUS_WORKSPACE)")
 	}
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // bindClient adds the connection credential flags (publish and receive).
 func (o *cliOptions) bindClient(cmd *cobra.Command) {
 	o.cmd = cmd
 	f := cmd.Flags()
-	f.StringVar(&o.url, "url", "", "the bus's base URL (env SOMBUS_URL; default "+defaultURL+")")
 	f.StringVar(&o.clientID, "client-id", "", "the connection's client id (env SOMBUS_CLIENT_ID)")
 	f.StringVar(&o.clientSecret, "client-secret", "", "the connection's client secret (env SOMBUS_CLIENT_SECRET)")
 	f.StringVarP(&o.workspace, "workspace", "w", "", "the workspace id (env SOMBUS_WORKSPACE; default: read from the access token)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json (one JSON object a line)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // setting is the flag's value, else the environment variable's, else def.
@@ -75,14 +87,14 @@ func setting(flag, env, def string) string {
 	return def
 }
 
-func (o *cliOptions) baseURL() string { return setting(o.url, "SOMBUS_URL", defaultURL) }
+func (o *cliOptions) baseURL() string { return setting(o.global("url"), "SOMBUS_URL", defaultURL) }
 
 // manager is the management client of the command.
 func (o *cliOptions) manager() (*client.Manager, error) {
 	if err := o.checkOutput(); err != nil {
 		return nil, err
 	}
-	key := setting(o.apiKey, "SOMBUS_API_KEY", "")
+	key := setting(o.global("api-key"), "SOMBUS_API_KEY", "")
 	if key == "" {
 		return nil, errors.New("no API key: pass --api-key or set SOMBUS_API_KEY")
 	}
@@ -128,13 +140,13 @@ func (o *cliOptions) clientConfig() (client.Config, error) {
 }
 
 func (o *cliOptions) checkOutput() error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output must be table or json (got %q)", o.output)
+	if out := o.global("output"); out != "table" && out != "json" {
+		return fmt.Errorf("--output must be table or json (got %q)", out)
 	}
 	return nil
 }
 
-func (o *cliOptions) json() bool { return o.output == "json" }
+func (o *cliOptions) json() bool { return o.global("output") == "json" }
 
 // print writes v as indented JSON (-o json) or calls table with a
 // tabwriter for people.
@@ -175,6 +187,28 @@ func whenPtr(t *time.Time) string {
 		return "-"
 	}
 	return when(*t)
+}
+
+// plural is n with the noun's singular or plural form: "1 envelope",
+// "2 envelopes".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// shortDuration writes d without zero minutes and seconds: 12h, not
+// 12h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // compact shortens JSON for a table cell.

@@ -394,7 +394,7 @@ func newDeadLettersCommand() *cobra.Command {
 				}
 				_ = bar.Finish()
 			}
-			return o.print(cmd, map[string]int{"redriven": total}, func(w io.Writer) { fmt.Fprintf(w, "Redrove %d dead letters.\n", total) })
+			return o.print(cmd, map[string]int{"redriven": total}, func(w io.Writer) { fmt.Fprintf(w, "Redrove %s.\n", plural(total, "dead letter", "dead letters")) })
 		},
 	}
 	redrive.Flags().BoolVar(&progress, "progress", false, "show a progress bar even when standard error is not a terminal")
@@ -414,7 +414,7 @@ func newPurgeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.print(cmd, map[string]int{"purged": n}, func(w io.Writer) { fmt.Fprintf(w, "Purged %d messages.\n", n) })
+			return o.print(cmd, map[string]int{"purged": n}, func(w io.Writer) { fmt.Fprintf(w, "Purged %s.\n", plural(n, "message", "messages")) })
 		})
 	o.bind(cmd, true)
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the purge")

@@ -190,7 +190,7 @@ func (pb *publisher) run(envs []json.RawMessage, bar interface{ Add(int) error }
 			got, err = pb.p.PublishBatchRaw(ctx, valid)
 		}
 		if err != nil {
-			return fmt.Errorf("after %d envelopes: %w", pb.n, err)
+			return fmt.Errorf("after %s: %w", plural(pb.n, "envelope", "envelopes"), err)
 		}
 		for j, r := range got {
 			results[idx[j]] = r
@@ -246,10 +246,10 @@ func (pb *publisher) done() error {
 			row(tw, i+1, dash(r.MessageID), r.Accepted, dash(r.Topic), r.Deliveries, r.Duplicate, vs)
 		}
 		_ = tw.Flush()
-		fmt.Fprintf(pb.cmd.OutOrStdout(), "Published %d envelopes: %d accepted (%d duplicates), %d refused.\n", pb.n, pb.accepted, pb.duplicates, pb.refused)
+		fmt.Fprintf(pb.cmd.OutOrStdout(), "Published %s: %d accepted (%s), %d refused.\n", plural(pb.n, "envelope", "envelopes"), pb.accepted, plural(pb.duplicates, "duplicate", "duplicates"), pb.refused)
 	}
 	if pb.refused > 0 {
-		return fmt.Errorf("%d of %d envelopes refused", pb.refused, pb.n)
+		return fmt.Errorf("%d of %s refused", pb.refused, plural(pb.n, "envelope", "envelopes"))
 	}
 	return nil
 }
@@ -276,6 +276,16 @@ long-polling until interrupted. -o json prints one message a line, with its
 receipt handle and envelope.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Checked here, so that the refusal names the flag.
+			if maxN < 1 || maxN > client.MaxReceive {
+				return fmt.Errorf("--max must be 1 to %d (got %d)", client.MaxReceive, maxN)
+			}
+			if wait < 0 || wait > client.MaxWait {
+				return fmt.Errorf("--wait must be 0 to %s (got %s)", shortDuration(client.MaxWait), wait)
+			}
+			if visibility < 0 || visibility > client.MaxVisibility {
+				return fmt.Errorf("--visibility must be 0 to %s (got %s)", shortDuration(client.MaxVisibility), visibility)
+			}
 			cfg, err := o.clientConfig()
 			if err != nil {
 				return err
@@ -321,7 +331,7 @@ receipt handle and envelope.`,
 	}
 	o.bindClient(cmd)
 	f := cmd.Flags()
-	f.IntVar(&maxN, "max", 10, "at most this many messages a receive, 1 to 10")
+	f.IntVar(&maxN, "max", client.MaxReceive, fmt.Sprintf("at most this many messages a receive, 1 to %d", client.MaxReceive))
 	f.DurationVar(&wait, "wait", 0, "long poll: how long to wait for a message, up to 20s (default 0, 20s with --follow)")
 	f.DurationVar(&visibility, "visibility", 0, "how long received messages stay hidden, up to 12h (default 60s)")
 	f.BoolVar(&ack, "ack", false, "acknowledge (remove) the messages once printed")

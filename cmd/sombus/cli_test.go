@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -234,7 +237,7 @@ func TestCLIPublishReceiveDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publish: %v\n%s", err, out)
 	}
-	mustContain(t, out, "MESSAGE ID", "m1", "som.story.context", "Published 1 envelopes: 1 accepted")
+	mustContain(t, out, "MESSAGE ID", "m1", "som.story.context", "Published 1 envelope: 1 accepted")
 	out, _, err = c.run(append([]string{"publish", "-o", "json", `{"som_version":"1.0.0","message_id":"m2","message_type":"story.context","correlation_id":"s2","payload":{}}`}, asProducer...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +317,7 @@ func TestCLIPublishReceiveDeadLetters(t *testing.T) {
 	out = c.manage("dead-letters", "list", cons.ID, "-w", ws.ID)
 	mustContain(t, out, "DEAD-LETTERED", "m1", "m2")
 	out = c.manage("dead-letters", "redrive", cons.ID, "m1", "-w", ws.ID)
-	mustContain(t, out, "Redrove 1 dead letters.")
+	mustContain(t, out, "Redrove 1 dead letter.")
 	var redriven struct{ Redriven int }
 	c.manageJSON(&redriven, "dead-letters", "redrive", cons.ID, "-w", ws.ID)
 	if redriven.Redriven != 1 {
@@ -390,4 +393,181 @@ func (n *notifyWriter) Write(p []byte) (int, error) {
 		n.lines <- struct{}{}
 	}
 	return n.w.Write(p)
+}
+
+// refusedURL is the URL of a local port nothing listens on.
+func refusedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	return u
+}
+
+// TestCLIErrorOutput checks what main prints for a failed command: the
+// program's name once, and a hint when nothing answers at the bus's URL.
+func TestCLIErrorOutput(t *testing.T) {
+	u := refusedURL(t)
+	var out, errb bytes.Buffer
+	if code := execute(context.Background(), []string{"workspace", "list", "--url", u, "--api-key", "sbk_x"}, &out, &errb); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	msg := errb.String()
+	if !strings.HasPrefix(msg, "sombus: ") || strings.Count(msg, "sombus:") != 1 {
+		t.Errorf("the error names the program other than once:\n%s", msg)
+	}
+	mustContain(t, msg, "connection refused", "no bus answers at "+u, "SOMBUS_URL", "--url")
+
+	// An error of the command itself: no hint.
+	errb.Reset()
+	t.Setenv("SOMBUS_API_KEY", "")
+	if code := execute(context.Background(), []string{"workspace", "list", "--url", u}, &out, &errb); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	if got := errb.String(); got != "sombus: no API key: pass --api-key or set SOMBUS_API_KEY\n" {
+		t.Errorf("printed %q", got)
+	}
+}
+
+// TestCLIReceiveFlagLimits checks that receive refuses flags out of range
+// by their names, before it reaches the bus.
+func TestCLIReceiveFlagLimits(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	creds := []string{"--url", refusedURL(t), "--client-id", "c1", "--client-secret", "s1"}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--max", "50"}, "--max must be 1 to 10 (got 50)"},
+		{[]string{"--max", "0"}, "--max must be 1 to 10 (got 0)"},
+		{[]string{"--wait", "30s"}, "--wait must be 0 to 20s (got 30s)"},
+		{[]string{"--wait", "-1s"}, "--wait must be 0 to 20s (got -1s)"},
+		{[]string{"--visibility", "13h"}, "--visibility must be 0 to 12h (got 13h0m0s)"},
+	} {
+		_, _, err := c.run(append(append([]string{"receive"}, tc.flags...), creds...)...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("receive %v: %v, want %q", tc.flags, err, tc.want)
+		}
+	}
+}
+
+func TestCLIVersion(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	out, _, err := c.run("version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "sombus ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("sombus version printed %q", out)
+	}
+	out2, _, err := c.run("--version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := strings.SplitN(out, "\n", 2)[0]; !strings.HasPrefix(out2, first) {
+		t.Errorf("--version printed %q, version %q", out2, first)
+	}
+
+	// The version set at link time wins; else the module's version and the
+	// commit from the build information.
+	bi := &debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}
+	if got := versionOf("v2.0.0", bi, true); got != "v2.0.0" {
+		t.Errorf("with -X main.version: %q", got)
+	}
+	if got := versionOf("", bi, true); got != "v1.4.0 (commit 0123456789ab, modified)" {
+		t.Errorf("from build info: %q", got)
+	}
+	bi.Main.Version = "(devel)"
+	if got := versionOf("", bi, true); got != "devel (commit 0123456789ab, modified)" {
+		t.Errorf("a development build: %q", got)
+	}
+	if got := versionOf("", nil, false); got != "unknown" {
+		t.Errorf("no build info: %q", got)
+	}
+}
+
+func TestCLIRootHelpShowsConnectionFlags(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	out, _, err := c.run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, out, "--url", "SOMBUS_URL", "--api-key", "SOMBUS_API_KEY", "-o, --output", "--version", "skills", "version")
+	// The commands see them as global flags and still read them.
+	out, _, err = c.run("connection", "list", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, out, "Global Flags", "--url", "--api-key", "-o, --output", "-w, --workspace")
+	out, _, err = c.run("receive", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, out, "--client-id", "--client-secret", "--url", "-o, --output")
+}
+
+func TestCLISkills(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	p := c.node.NewPair(nil)
+
+	// Before any put: none.
+	out := c.manage("skills", "get", p.Consumer, "-w", p.WS)
+	mustContain(t, out, "No skill registrations.")
+
+	regs := `{"registrations":[{"instance_id":"i1","skill":"search","name":"Web search","values":{"engine":"x"},"authority_scale":40},
+		{"instance_id":"i2","skill":"mail","name":"Mail","values":{},"authority_scale":100}]}`
+	path := filepath.Join(t.TempDir(), "skills.json")
+	if err := os.WriteFile(path, []byte(regs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out = c.manage("skills", "put", p.Consumer, "-f", path, "-w", p.WS)
+	mustContain(t, out, "INSTANCE ID", "SKILL", "AUTHORITY", "i1", "search", "Web search", "40", `{"engine":"x"}`, "i2", "mail", "100")
+
+	var got struct {
+		Registrations []struct {
+			InstanceID     string          `json:"instance_id"`
+			Values         json.RawMessage `json:"values"`
+			AuthorityScale int             `json:"authority_scale"`
+		}
+		UpdatedAt string `json:"updated_at"`
+	}
+	c.manageJSON(&got, "skills", "get", p.Consumer, "-w", p.WS)
+	var values bytes.Buffer
+	if len(got.Registrations) == 2 {
+		_ = json.Compact(&values, got.Registrations[0].Values)
+	}
+	if len(got.Registrations) != 2 || got.Registrations[0].InstanceID != "i1" || values.String() != `{"engine":"x"}` || got.UpdatedAt == "" {
+		t.Fatalf("skills get -o json: %+v", got)
+	}
+
+	// The consumer reads its own with its credentials.
+	out, _, err := c.run("skills", "mine", "--url", c.node.URL, "--client-id", p.Consumer, "--client-secret", p.ConsumerSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, out, "i1", "i2", "Web search")
+
+	// A bare array as an argument replaces them; a misspelt field is refused
+	// before anything is sent.
+	out = c.manage("skills", "put", p.Consumer, `[{"instance_id":"i3","skill":"s","name":"n","values":{},"authority_scale":0}]`, "-w", p.WS)
+	if strings.Contains(out, "i1") || !strings.Contains(out, "i3") {
+		t.Fatalf("put replaced nothing:\n%s", out)
+	}
+	_, _, err = c.run("skills", "put", p.Consumer, `[{"instance":"i4"}]`, "-w", p.WS, "--url", c.node.URL, "--api-key", servertest.BootstrapKey)
+	if err == nil || !strings.Contains(err.Error(), `unknown field "instance"`) {
+		t.Fatalf("a misspelt field: %v", err)
+	}
+	// The bus's refusal names the rule.
+	_, _, err = c.run("skills", "put", p.Consumer, `[{"instance_id":"i5","skill":"s","name":"n","values":{},"authority_scale":101}]`, "-w", p.WS, "--url", c.node.URL, "--api-key", servertest.BootstrapKey)
+	if err == nil || !strings.Contains(err.Error(), "authority_scale") {
+		t.Fatalf("authority_scale 101: %v", err)
+	}
 }

@@ -20,6 +20,8 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	bindGlobal(root)
+	setVersion(root)
 	root.AddCommand(newServeCommand())
 	root.AddCommand(cliCommands()...)
 	return root
