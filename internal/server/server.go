@@ -67,7 +67,9 @@ type Server struct {
 	URL string
 }
 
-// OpenStore opens the store a --store value names.
+// OpenStore opens the store a --store value names. On an error the store
+// is a nil interface, never a nil *Store inside a non-nil bus.Store (whose
+// Close would panic).
 func OpenStore(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error) {
 	switch {
 	case strings.HasPrefix(spec, "sqlite:"):
@@ -75,9 +77,17 @@ func OpenStore(ctx context.Context, spec string, log *slog.Logger) (bus.Store, e
 		if path == "" {
 			return nil, errors.New("--store sqlite: needs a path, as in sqlite:./sombus.db")
 		}
-		return sqlite.Open(ctx, path, log)
+		st, err := sqlite.Open(ctx, path, log)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, spec, log)
+		st, err := postgres.Open(ctx, spec, log)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	}
 	return nil, fmt.Errorf("--store must be sqlite:PATH or a postgres:// URL")
 }
