@@ -287,12 +287,6 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	if err != nil || len(tok.Headers) != 1 {
 		return nil, unauthenticated(msgTokenMalformed)
 	}
-	if !canonicalSignature(token) {
-		// ECDSA accepts (r, s) and (r, N-s) alike, and base64url decoding
-		// ignores the spare bits of the last character: either would make
-		// a second token string out of one signature.
-		return nil, unauthenticated(msgTokenSignature)
-	}
 	kid := tok.Headers[0].KeyID
 	pub := s.publicKey(kid)
 	if pub == nil && kid != "" {
@@ -310,6 +304,12 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	}
 	var tc tokenClaims
 	if err := tok.Claims(pub, &tc); err != nil {
+		return nil, unauthenticated(msgTokenSignature)
+	}
+	if !canonicalSignature(token) {
+		// ECDSA accepts (r, s) and (r, N-s) alike, and base64url decoding
+		// ignores the spare bits of the last character: either would make
+		// a second token string out of one signature.
 		return nil, unauthenticated(msgTokenSignature)
 	}
 
