@@ -93,7 +93,7 @@ func newServeCommand() *cobra.Command {
 	f.StringVar(&cfg.PublicURL, "public-url", "", "the base URL written into tokens (iss) and into the URLs shown with a new secret (default http:// + listen address)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (HTTP/2) with this PEM certificate")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
-	f.StringVar(&cfg.BootstrapKey, "bootstrap-key", "", "the first operator's API key, used only when the store has no users yet (default: generate one and print it once)")
+	f.StringVar(&cfg.BootstrapKey, "bootstrap-key", "", "the first operator's API key (at least 32 characters), used only when the store has no users yet (default: generate one and print it once)")
 	f.StringVar(&cfg.TiersFile, "tiers", "", "a JSON file of quota tiers merged over the built-in standard and unlimited tiers")
 	f.DurationVar(&cfg.Retention, "retention", 4*24*time.Hour, "how long a message not acknowledged is kept (1m to 336h)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -43,4 +48,40 @@ func TestServeBadEnvironmentValue(t *testing.T) {
 		t.Fatal("a bad SOMBUS_RETENTION was accepted")
 	}
 	var _ *pflag.FlagSet = fs
+}
+
+// A store that cannot be opened ends serve with its real error and a
+// non-zero exit, never a panic. The test runs main in a child process (the
+// test binary itself), so the exit code and standard error are the real ones.
+func TestServeUnopenableStoreExits(t *testing.T) {
+	if args := os.Getenv("SOMBUS_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"sombus"}, strings.Split(args, "\n")...)
+		main()
+		os.Exit(0)
+	}
+	t.Parallel()
+	for _, tc := range []struct{ store, want string }{
+		{"sqlite:/proc/nope/sombus.db", "/proc/nope/sombus.db"},
+		{"postgres://nobody@127.0.0.1:5999/x", "127.0.0.1"},
+	} {
+		t.Run(tc.store, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestServeUnopenableStoreExits$")
+			cmd.Env = append(os.Environ(), "SOMBUS_TEST_MAIN_ARGS="+strings.Join([]string{"serve", "--store", tc.store, "--listen", "127.0.0.1:0"}, "\n"))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Fatalf("serve --store %s: want a non-zero exit, got %v\nstderr: %s", tc.store, err, stderr.String())
+			}
+			out := stderr.String()
+			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
+				t.Fatalf("serve --store %s panicked:\n%s", tc.store, out)
+			}
+			if !strings.Contains(out, "open store") || !strings.Contains(out, tc.want) {
+				t.Fatalf("serve --store %s: stderr does not name the store's error (want %q):\n%s", tc.store, tc.want, out)
+			}
+		})
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,6 +243,9 @@ func (s *Signer) Issue(c Claims) (token string, expiresIn int, err error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("auth: sign token: %w", err)
 	}
+	if token, err = lowS(token); err != nil {
+		return "", 0, err
+	}
 	return token, int(TokenLifetime / time.Second), nil
 }
 
@@ -255,13 +260,16 @@ const (
 	msgTokenAudience  = "Access token is for another environment: get a token from this environment's POST /v1/oauth/token."
 	msgTokenExpired   = "Access token expired: get a new token from POST /v1/oauth/token (tokens last one hour)."
 	msgTokenFuture    = "Access token is not valid yet (issued in the future): check the clocks and get a new token from POST /v1/oauth/token."
+	msgTokenLifetime  = "Access token lives longer than the one hour this server issues: get a new token from POST /v1/oauth/token."
 )
 
 func unauthenticated(msg string) *bus.Error { return bus.Errorf(bus.RuleUnauthenticated, "%s", msg) }
 
 // Verify checks a token: its form, its algorithm (ES256 only: "none", HMAC
-// and others are refused), its signature against the key set, iss, aud (this
-// environment) and exp/iat against the injected clock with TokenLeeway.
+// and others are refused), its signature against the key set (in its one
+// canonical form: low s, canonical base64url), iss, aud (this environment),
+// exp/iat against the injected clock with TokenLeeway, and exp - iat
+// against TokenLifetime.
 //
 // A token that fails is refused with a *bus.Error of rule
 // producer.unauthenticated (401) whose message says what to do. Any other
@@ -298,6 +306,12 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	if err := tok.Claims(pub, &tc); err != nil {
 		return nil, unauthenticated(msgTokenSignature)
 	}
+	if !canonicalSignature(token) {
+		// ECDSA accepts (r, s) and (r, N-s) alike, and base64url decoding
+		// ignores the spare bits of the last character: either would make
+		// a second token string out of one signature.
+		return nil, unauthenticated(msgTokenSignature)
+	}
 
 	// The signature is ours; now the claims.
 	if tc.Expiry == nil || tc.IssuedAt == nil || tc.Subject == "" || tc.ClientID != tc.Subject ||
@@ -310,6 +324,9 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	}
 	if !tc.Audience.Contains(s.audience) {
 		return nil, unauthenticated(msgTokenAudience)
+	}
+	if tc.Expiry.Time().Sub(tc.IssuedAt.Time()) > TokenLifetime {
+		return nil, unauthenticated(msgTokenLifetime)
 	}
 	now := s.clock.Now()
 	err = tc.Claims.ValidateWithLeeway(jwt.Expected{Time: now}, TokenLeeway)
@@ -332,6 +349,46 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 		ExpiresAt:         tc.Expiry.Time().UTC(),
 		ID:                tc.ID,
 	}, nil
+}
+
+// es256Size is the size of an ES256 signature: r and s, 32 bytes each.
+const es256Size = 64
+
+// halfOrder is N/2 for P-256: a signature's s above it is the high form.
+var halfOrder = new(big.Int).Rsh(elliptic.P256().Params().N, 1)
+
+// canonicalSignature reports whether the signature of the compact JWS
+// token is the one form Issue produces: strict base64url of 64 bytes whose
+// s is at most N/2.
+func canonicalSignature(token string) bool {
+	i := strings.LastIndexByte(token, '.')
+	if i < 0 {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(token[i+1:])
+	if err != nil || len(sig) != es256Size {
+		return false
+	}
+	return new(big.Int).SetBytes(sig[es256Size/2:]).Cmp(halfOrder) <= 0
+}
+
+// lowS rewrites the signature of a compact ES256 token into its low-s
+// form (s = N - s when s > N/2), which verifies just the same.
+func lowS(token string) (string, error) {
+	i := strings.LastIndexByte(token, '.')
+	if i < 0 {
+		return "", errors.New("auth: signed token has no signature part")
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(token[i+1:])
+	if err != nil || len(sig) != es256Size {
+		return "", errors.New("auth: signed token has no ES256 signature")
+	}
+	sv := new(big.Int).SetBytes(sig[es256Size/2:])
+	if sv.Cmp(halfOrder) > 0 {
+		sv.Sub(elliptic.P256().Params().N, sv)
+		sv.FillBytes(sig[es256Size/2:])
+	}
+	return token[:i+1] + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
 func (s *Signer) publicKey(kid string) *ecdsa.PublicKey {

@@ -137,6 +137,11 @@ func (s *TokenService) accepts(conn bus.Connection, found bool, secret string) b
 		secret != "" && (current || previous)
 }
 
+// unavailable answers a store error: 503 temporarily_unavailable when the
+// store cannot be reached (bus.ErrUnavailable), else 500 server_error.
 func unavailable(err error) *OAuthError {
+	if !errors.Is(err, bus.ErrUnavailable) {
+		return &OAuthError{Status: 500, Code: "server_error", Err: err}
+	}
 	return &OAuthError{Status: 503, Code: OAuthTemporarilyUnavailable, RetryAfter: time.Second, Err: err}
 }

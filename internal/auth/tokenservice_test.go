@@ -218,3 +218,16 @@ func TestExchangeStoreDown(t *testing.T) {
 		t.Fatalf("oe = %+v", oe)
 	}
 }
+
+// A store error that is not unavailability (a bug) is a 500 server_error,
+// not a 503 that would have the client retry for ever.
+func TestExchangeStoreBugIsServerError(t *testing.T) {
+	e := newTokenEnv(t)
+	c, secret := addConn(t, e.store, e.clock, bus.KindConsumer)
+	e.store.fail = errors.New("injected bug")
+	res, oe := e.exchange(c.ID, secret)
+	wantOAuth(t, res, oe, 500, "server_error", secret)
+	if oe.RetryAfter != 0 {
+		t.Fatalf("oe = %+v", oe)
+	}
+}

@@ -35,6 +35,7 @@ const (
 	RuleEnvelopeCorrelationID = "envelope.correlation_id"
 	RuleEnvelopePayload       = "envelope.payload"
 	RuleEnvelopeTooLarge      = "envelope.too_large"
+	RuleStoreUnavailable      = "store.unavailable"
 	RuleInternal              = "internal.error"
 )
 
@@ -86,7 +87,7 @@ func StatusOf(rule string) int {
 		return http.StatusForbidden
 	case RuleRateLimited, RuleQuotaExceeded:
 		return http.StatusTooManyRequests
-	case RuleQueueUnavailable, RuleSkillsUnavailable:
+	case RuleQueueUnavailable, RuleSkillsUnavailable, RuleStoreUnavailable:
 		return http.StatusServiceUnavailable
 	case RuleManageConflict:
 		return http.StatusConflict
@@ -115,6 +116,11 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: a uniqueness rule or a state precondition failed.
 	ErrConflict = errors.New("conflict")
-	// ErrUnavailable: the store cannot be reached right now.
+	// ErrUnavailable: the store cannot be reached or cannot take writes
+	// right now (connection failures, a closed store, a lock held past the
+	// busy timeout, I/O errors, a failed fsync). Both stores wrap their
+	// driver's errors of this kind around it; the HTTP layer answers any
+	// error that wraps it 503 store.unavailable with Retry-After, and every
+	// other internal error 500 internal.error.
 	ErrUnavailable = errors.New("store unavailable")
 )

@@ -43,20 +43,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// writeError writes err: a refusal as the usual body with its status, any
-// other error as a 500 "Internal error." logged with everything. 5xx are
-// logged loudly, 4xx quietly.
+// storeUnavailable is the answer to any error that wraps
+// bus.ErrUnavailable: the store cannot be reached or take writes now.
+func storeUnavailable() *bus.Error {
+	return &bus.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
+		Violations: []bus.Violation{{Rule: bus.RuleStoreUnavailable, Message: "The store cannot be reached right now; retry after Retry-After."}}}
+}
+
+// writeError writes err, the one place where errors become answers: a
+// refusal as the usual body with its status; an error wrapping
+// bus.ErrUnavailable as 503 store.unavailable with Retry-After; any other
+// error as a 500 "Internal error." logged with everything. 5xx are logged
+// loudly, 4xx quietly.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	if errors.Is(err, errClientGone) {
 		return // nobody is listening for an answer
 	}
 	e, ok := bus.AsError(err)
-	if !ok {
+	switch {
+	case !ok && errors.Is(err, bus.ErrUnavailable):
+		log.WarnContext(r.Context(), "store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = storeUnavailable()
+	case !ok:
 		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &bus.Error{Status: http.StatusInternalServerError, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}}
-	} else if e.Status >= 500 {
+	case e.Status >= 500:
 		log.WarnContext(r.Context(), "refused", "method", r.Method, "path", r.URL.Path, "status", e.Status, "rule", e.Rule())
-	} else {
+	default:
 		log.DebugContext(r.Context(), "refused", "method", r.Method, "path", r.URL.Path, "status", e.Status, "rule", e.Rule())
 	}
 	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {

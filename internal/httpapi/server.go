@@ -85,8 +85,7 @@ func (s *Server) routes() {
 		defer cancel()
 		if err := s.svc.Store().Ping(ctx); err != nil {
 			s.log.WarnContext(ctx, "store unreachable", "err", err)
-			return &bus.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
-				Violations: []bus.Violation{{Rule: "store.unavailable", Message: "The store cannot be reached."}}}
+			return storeUnavailable()
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -88,6 +89,10 @@ type (
 	}
 )
 
+// MinBootstrapKeyLength is the fewest characters a --bootstrap-key may
+// have: the key opens every workspace, so it must not be guessable.
+const MinBootstrapKeyLength = 32
+
 // New opens the store, prepares every part and starts listening.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
@@ -113,6 +118,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Retention < time.Minute || cfg.Retention > 14*24*time.Hour {
 		return nil, fmt.Errorf("--retention must be between 1m and 336h (14 days), got %s", cfg.Retention)
+	}
+	if cfg.BootstrapKey != "" && utf8.RuneCountInString(cfg.BootstrapKey) < MinBootstrapKeyLength {
+		// The length only: the key itself is a secret.
+		return nil, fmt.Errorf("--bootstrap-key (SOMBUS_BOOTSTRAP_KEY) must be at least %d characters, got %d: choose a long random key",
+			MinBootstrapKeyLength, utf8.RuneCountInString(cfg.BootstrapKey))
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
@@ -273,6 +283,9 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("bootstrap operator: %w", err)
+	}
+	if !created && !generated {
+		s.log.Warn("bootstrap key ignored: the store already has users, and the bootstrap key only creates the first operator; manage users' keys with an operator's key instead")
 	}
 	if created {
 		s.log.Info("created the first operator", "generated_key", generated)

@@ -207,3 +207,57 @@ func TestStopWithAnUnusedConnection(t *testing.T) {
 		t.Fatalf("close took %v", d)
 	}
 }
+
+// A bootstrap key shorter than 32 characters is refused with a message
+// naming the flag, its environment variable and the limit, never the key.
+func TestShortBootstrapKeyRefused(t *testing.T) {
+	t.Parallel()
+	short := "sbk_choose-a-long-random-key" // 28 characters
+	_, err := server.New(context.Background(), server.Config{Listen: "127.0.0.1:0",
+		Store: "sqlite:" + filepath.Join(servertest.TempDir(t), "s.db"), BootstrapKey: short})
+	if err == nil {
+		t.Fatal("a 28-character bootstrap key was accepted")
+	}
+	for _, want := range []string{"--bootstrap-key", "SOMBUS_BOOTSTRAP_KEY", "32"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), short) {
+		t.Fatalf("error shows the key: %q", err)
+	}
+}
+
+// A bootstrap key given to a store that already has users is not used; the
+// node says so in its log, with the reason.
+func TestIgnoredBootstrapKeyWarns(t *testing.T) {
+	t.Parallel()
+	store := "sqlite:" + filepath.Join(servertest.TempDir(t), "s.db")
+	srv, err := server.New(context.Background(), server.Config{Listen: "127.0.0.1:0", Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv2, err := server.New(context.Background(), server.Config{Listen: "127.0.0.1:0", Store: store,
+		BootstrapKey: servertest.BootstrapKey, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "bootstrap key") && strings.Contains(line, "already has users") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("no warning that the bootstrap key was ignored; log:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), servertest.BootstrapKey) {
+		t.Fatal("the bootstrap key appears in the log")
+	}
+}

@@ -1,0 +1,37 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// writeError is the one place errors become answers: store unavailability
+// (any error wrapping bus.ErrUnavailable) is 503 store.unavailable with
+// Retry-After; any other internal error, a bug, is 500 internal.error.
+func TestWriteErrorMapsStoreUnavailability(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		err    error
+		status int
+		rule   string
+	}{
+		{fmt.Errorf("read workspace: %w", bus.ErrUnavailable), 503, bus.RuleStoreUnavailable},
+		{errors.New("a bug"), 500, bus.RuleInternal},
+	} {
+		w := httptest.NewRecorder()
+		writeError(w, httptest.NewRequest("GET", "/v1/manage/workspaces", nil), log, tc.err)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), `"rule":"`+tc.rule+`"`) {
+			t.Fatalf("%v: %d %s, want %d %s", tc.err, w.Code, w.Body.String(), tc.status, tc.rule)
+		}
+		if ra := w.Header().Get("Retry-After"); (tc.status == 503) != (ra != "") {
+			t.Fatalf("%v: Retry-After %q", tc.err, ra)
+		}
+	}
+}
