@@ -2,12 +2,11 @@ package auth
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 )
 
 // Failure limits of the token service (API.md §2).
@@ -37,7 +36,8 @@ type window struct {
 }
 
 // MemoryFailureLimiter is a FailureLimiter kept in this process: per client
-// id and per remote address, a one-minute window opens at the first failure;
+// id and per remote address (edge.AddrKey: an IPv4 address, an IPv6 /64), a
+// one-minute window opens at the first failure;
 // once it holds the limit's number of failures, attempts are blocked until
 // it ends. Memory is bounded: ended windows are swept, and when a table is
 // full of live windows a new key is not tracked (its attempts still count
@@ -64,20 +64,17 @@ func NewMemoryFailureLimiter(clock bus.Clock) *MemoryFailureLimiter {
 // Blocked implements FailureLimiter.
 func (l *MemoryFailureLimiter) Blocked(_ context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	now := l.clock.Now()
-	addr := addrKey(remoteAddr)
+	addr := edge.AddrKey(remoteAddr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wait := blockedFor(l.clients[clientID], l.perClient, now)
-	if w := blockedFor(l.addrs[addr], l.perAddr, now); w > wait {
-		wait = w
-	}
-	return wait, nil
+	c, a := l.clients[clientID], l.addrs[addr]
+	return max(BlockedFor(c.start, c.count, l.perClient, now), BlockedFor(a.start, a.count, l.perAddr, now)), nil
 }
 
 // Failed implements FailureLimiter.
 func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	addr := addrKey(remoteAddr)
+	addr := edge.AddrKey(remoteAddr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
@@ -107,7 +104,13 @@ func (l *MemoryFailureLimiter) sweepLocked(now time.Time) {
 
 // live reports whether w is still open at now.
 func live(w window, now time.Time) bool {
-	return !w.start.IsZero() && !now.Before(w.start) && now.Sub(w.start) < FailureWindow
+	return !w.start.IsZero() && liveAt(w.start, now)
+}
+
+// liveAt reports whether a window that started at start is still open at now
+// (a start in the future, after the clock went back, is not).
+func liveAt(start, now time.Time) bool {
+	return !now.Before(start) && now.Sub(start) < FailureWindow
 }
 
 // count adds a failure for key, opening a new window when its last one ended.
@@ -123,30 +126,13 @@ func count(m map[string]window, key string, now time.Time) {
 	m[key] = w
 }
 
-// blockedFor is how long w still blocks at now, rounded up to whole seconds
-// (Retry-After is whole seconds), or 0.
-func blockedFor(w window, limit int, now time.Time) time.Duration {
-	if w.count < limit || !live(w, now) {
+// BlockedFor is how long a failure window that started at start and holds
+// failures still blocks at now, for a limit of limit failures a window,
+// rounded up to whole seconds (Retry-After is whole seconds), or 0. Every
+// FailureLimiter decides with it, so that they all block alike.
+func BlockedFor(start time.Time, failures, limit int, now time.Time) time.Duration {
+	if failures < limit || !liveAt(start, now) {
 		return 0
 	}
-	return (w.start.Add(FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
-}
-
-// addrKey groups remote addresses: the port is dropped (each connection has
-// its own), and IPv6 addresses count per /64, the block one client gets.
-func addrKey(remoteAddr string) string {
-	host := remoteAddr
-	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		host = h
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
+	return (start.Add(FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
 }

@@ -9,21 +9,6 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-func TestAddrKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"203.0.113.7:51000":          "203.0.113.7",
-		"203.0.113.7":                "203.0.113.7",
-		"[::ffff:203.0.113.7]:1":     "203.0.113.7",
-		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
-		"[2001:db8:1:2:ffff::1]:80":  "2001:db8:1:2::/64",
-		"not an address":             "not an address",
-	} {
-		if got := addrKey(in); got != want {
-			t.Errorf("addrKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestLimiterWindows(t *testing.T) {
 	ctx := context.Background()
 	clock := bus.NewManualClock(t0)

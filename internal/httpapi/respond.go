@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 )
 
 // handlerFunc is a route handler that returns its refusal or internal error
@@ -110,6 +111,10 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, o.limit+1))
 	if err != nil {
+		var slow *edge.BodyTimeoutError
+		if errors.As(err, &slow) {
+			return nil, bus.Errorf(o.rule, "The request body did not arrive within %s; the connection is closed.", slow.Timeout)
+		}
 		return nil, bus.Errorf(o.rule, "The request body could not be read.")
 	}
 	if int64(len(b)) > o.limit {

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/sombus/sombus/internal/edge"
 )
 
 // oauthError writes an RFC 6749 §5.2 error body.
@@ -42,6 +44,11 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			oauthError(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
+			return nil
+		}
+		var slow *edge.BodyTimeoutError
+		if errors.As(err, &slow) {
+			oauthError(w, http.StatusBadRequest, "invalid_request", "The form body did not arrive within "+slow.Timeout.String()+".", 0)
 			return nil
 		}
 		oauthError(w, http.StatusBadRequest, "invalid_request", "The form body could not be read.", 0)

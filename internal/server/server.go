@@ -21,6 +21,7 @@ import (
 
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 	"github.com/sombus/sombus/internal/httpapi"
 	"github.com/sombus/sombus/internal/limits"
 	"github.com/sombus/sombus/internal/store"
@@ -46,7 +47,37 @@ type Config struct {
 	CheckTTL time.Duration
 	// ShutdownGrace bounds how long Close waits for requests in flight.
 	ShutdownGrace time.Duration
+
+	// TrustedProxies is --trusted-proxies: comma-separated CIDRs of load
+	// balancers whose X-Forwarded-For names the client ("" trusts none).
+	TrustedProxies string
+	// MaxConnsPerAddr is --max-conns-per-address: the most connections one
+	// client address may hold open (0: no cap).
+	MaxConnsPerAddr int
+	// BodyTimeout is --body-timeout: the longest a request body may take to
+	// arrive (0: DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// HeaderTimeout is the longest a request's headers may take to arrive
+	// (0: DefaultHeaderTimeout).
+	HeaderTimeout time.Duration
 }
+
+// Timeouts of the HTTP edge.
+const (
+	// DefaultHeaderTimeout is the longest a request's headers (and a TLS
+	// handshake) may take to arrive.
+	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultBodyTimeout is the longest a request body may take to arrive:
+	// 1 MiB, the largest body, at 35 KiB/s.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultMaxConnsPerAddr is the default of --max-conns-per-address.
+	DefaultMaxConnsPerAddr = 256
+	// writeTimeout is the longest a request may take from the end of its
+	// headers to the end of its answer. A long poll waits at most 20 s, so
+	// this leaves room for a slow store and a slow reader; a client that
+	// never reads its answer frees its connection when it runs out.
+	writeTimeout = 2 * time.Minute
+)
 
 // Server is a running node.
 type Server struct {
@@ -127,6 +158,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.MaxConnsPerAddr < 0 {
+		return nil, errors.New("--body-timeout and --max-conns-per-address must not be negative")
+	}
+	proxies, err := edge.ParseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	tiers := limits.DefaultTiers()
 	if cfg.TiersFile != "" {
 		var err error
@@ -140,6 +184,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	ln = edge.LimitListener(ln, cfg.MaxConnsPerAddr, proxies, log)
 	scheme := "http"
 	if cfg.TLSCert != "" {
 		scheme = "https"
@@ -218,8 +263,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg,
 	})
 	s.http = &http.Server{
-		Handler:           s.api,
-		ReadHeaderTimeout: 10 * time.Second,
+		// Client addresses behind trusted proxies, and a deadline for
+		// bodies only: a long poll has none, and waits as long as it asks.
+		Handler:           edge.Handler(s.api, proxies, cfg.BodyTimeout),
+		ReadHeaderTimeout: cfg.HeaderTimeout,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

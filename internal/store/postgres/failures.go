@@ -3,21 +3,21 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 )
 
 // FailureLimiter is an auth.FailureLimiter shared by every node of one
 // database, with the semantics of auth.MemoryFailureLimiter: per client id
-// and per remote address (IPv4 address, IPv6 /64, port dropped) a window of
-// auth.FailureWindow opens at the first failure; once it holds
-// auth.FailuresPerClient (or auth.FailuresPerRemoteAddr) failures, attempts
-// are blocked until it ends, whichever node they reach. The windows are rows
+// and per remote address (edge.AddrKey: IPv4 address, IPv6 /64, port
+// dropped) a window of auth.FailureWindow opens at the first failure; once
+// it holds auth.FailuresPerClient (or auth.FailuresPerRemoteAddr) failures,
+// attempts are blocked (auth.BlockedFor) until it ends, whichever node they
+// reach. The windows are rows
 // of auth_failures; ended ones are deleted about once a window. The table
 // needs no bound on its keys (the in-process limiter's 65,536): rows live
 // at most a minute and cost disk, not the node's memory. Safe for
@@ -67,7 +67,7 @@ const (
 // Blocked implements auth.FailureLimiter.
 func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	now := l.clock.Now()
-	rows, err := l.s.pool.Query(ctx, failureRead, clientID, addrKey(remoteAddr))
+	rows, err := l.s.pool.Query(ctx, failureRead, clientID, edge.AddrKey(remoteAddr))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
@@ -84,7 +84,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 		if kind == kindAddr {
 			limit = auth.FailuresPerRemoteAddr
 		}
-		wait = max(wait, blockedFor(time.Unix(0, start), n, limit, now))
+		wait = max(wait, auth.BlockedFor(time.Unix(0, start), n, limit, now))
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
@@ -95,7 +95,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	if _, err := l.s.pool.Exec(ctx, failureCount, clientID, addrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
+	if _, err := l.s.pool.Exec(ctx, failureCount, clientID, edge.AddrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	due := l.nextSweep.Load()
@@ -115,35 +115,4 @@ func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// blockedFor is how long a window that started at start and holds n
-// failures still blocks at now, rounded up to whole seconds (Retry-After is
-// whole seconds), or 0; as auth's blockedFor.
-func blockedFor(start time.Time, n, limit int, now time.Time) time.Duration {
-	live := !now.Before(start) && now.Sub(start) < auth.FailureWindow
-	if n < limit || !live {
-		return 0
-	}
-	return (start.Add(auth.FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
-}
-
-// addrKey groups remote addresses as auth's in-process limiter does: the
-// port is dropped (each connection has its own), and IPv6 addresses count
-// per /64, the block one client gets.
-func addrKey(remoteAddr string) string {
-	host := remoteAddr
-	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		host = h
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
 }
