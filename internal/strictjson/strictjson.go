@@ -412,7 +412,7 @@ func (s *state) str(opaque, decode bool) (name, bool, *Error) {
 		default:
 			r, size := utf8.DecodeRune(s.b[s.i:])
 			if r == utf8.RuneError && size <= 1 {
-				return n, escaped, s.fail(UTF8, s.i, "byte %#02x is not valid UTF-8", c)
+				return n, escaped, s.fail(UTF8, s.i, "invalid UTF-8 (%#02x)", c)
 			}
 			s.i += size
 		}
