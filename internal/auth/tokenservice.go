@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -75,6 +76,13 @@ var dummyHash = HashSecret("sbs_unknown-client")
 // past the limits every attempt, even a correct one, gets 429 slow_down with
 // RetryAfter until the window has passed.
 func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, remoteAddr string) (*TokenResponse, *OAuthError) {
+	// A client id no store could hold (not UTF-8, or with NUL or another
+	// control character) is an unknown client; its failures are counted
+	// under a quoted form that is plain text and no connection's id.
+	lookup := true
+	if !bus.PlainText(clientID) {
+		clientID, lookup = strconv.QuoteToASCII(clientID), false
+	}
 	wait, err := s.failures.Blocked(ctx, clientID, remoteAddr)
 	if err != nil {
 		return nil, unavailable(err)
@@ -83,9 +91,13 @@ func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, rem
 		return nil, &OAuthError{Status: 429, Code: OAuthSlowDown, RetryAfter: wait}
 	}
 
-	conn, found, err := s.connection(ctx, clientID)
-	if err != nil {
-		return nil, unavailable(err)
+	var conn bus.Connection
+	found := false
+	if lookup {
+		conn, found, err = s.connection(ctx, clientID)
+		if err != nil {
+			return nil, unavailable(err)
+		}
 	}
 	if !s.accepts(conn, found, clientSecret) {
 		if err := s.failures.Failed(ctx, clientID, remoteAddr); err != nil {

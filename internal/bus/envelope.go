@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 // Envelope limits.
@@ -34,6 +36,9 @@ func validIDText(s string) bool {
 func CheckEnvelope(raw []byte) (PublishMessage, []Violation) {
 	if len(raw) > MaxEnvelopeBytes {
 		return PublishMessage{}, []Violation{{Rule: RuleEnvelopeTooLarge, Message: fmt.Sprintf("The envelope is %d bytes; at most %d bytes (256 KiB) are accepted.", len(raw), MaxEnvelopeBytes)}}
+	}
+	if err := strictjson.Check(raw); err != nil {
+		return PublishMessage{}, []Violation{{Rule: RuleEnvelopeMalformed, Message: fmt.Sprintf("The envelope is refused: %s.", err)}}
 	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -286,6 +286,14 @@ func (s *Service) PutSkills(ctx context.Context, a *Actor, workspaceID, id strin
 		case r.AuthorityScale < 0 || r.AuthorityScale > 100:
 			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].authority_scale must be between 0 and 100.", i)
 		}
+		for _, f := range []struct{ name, v string }{{"instance_id", r.InstanceID}, {"skill", r.Skill}, {"name", r.Name}} {
+			if err := checkText(fmt.Sprintf("registrations[%d].%s", i, f.name), f.v); err != nil {
+				return Skills{}, err
+			}
+		}
+		if err := checkJSONText(fmt.Sprintf("registrations[%d].values", i), r.Values); err != nil {
+			return Skills{}, err
+		}
 		if len(r.Values) == 0 || string(r.Values) == "null" {
 			regs[i].Values = []byte("{}")
 		} else if r.Values[0] != '{' {
@@ -381,6 +389,11 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 	if ids != nil {
 		if len(ids) == 0 || len(ids) > 100 {
 			return 0, Errorf(RuleManageBadRequest, "message_ids must hold 1 to 100 ids, or be left out to redrive all.")
+		}
+		for i, m := range ids {
+			if !validIDText(m) {
+				return 0, Errorf(RuleManageBadRequest, "message_ids[%d] is not a message id: message ids are 1 to %d printable ASCII characters.", i, MaxIDLength)
+			}
 		}
 		details["message_ids"] = len(ids)
 	}

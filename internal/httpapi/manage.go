@@ -30,6 +30,9 @@ func (s *Server) manageRoute(pattern string, ownQuery bool, h actorHandler) {
 		if err != nil {
 			return err
 		}
+		if err := checkPathIDs(r); err != nil {
+			return err
+		}
 		if !ownQuery {
 			if err := noQuery(r); err != nil {
 				return err
@@ -37,6 +40,22 @@ func (s *Server) manageRoute(pattern string, ownQuery bool, h actorHandler) {
 		}
 		return h(w, r, a)
 	})
+}
+
+// pathIDs are the ids a management path may carry, with what each names.
+var pathIDs = []struct{ wildcard, what string }{{"t", "Workspace"}, {"c", "Connection"}, {"u", "User"}}
+
+// checkPathIDs answers, for an id in the path that no store could hold
+// (not UTF-8, or with NUL or another control character), what an unknown
+// id answers: 404 manage.not_found. Such ids never reach a store (PostgreSQL
+// refuses them with an error).
+func checkPathIDs(r *http.Request) error {
+	for _, p := range pathIDs {
+		if v := r.PathValue(p.wildcard); v != "" && !bus.PlainText(v) {
+			return bus.Errorf(bus.RuleManageNotFound, "%s %s not found.", p.what, strconv.QuoteToASCII(v))
+		}
+	}
+	return nil
 }
 
 // readManage decodes a management body strictly into v.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/edge"
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 // handlerFunc is a route handler that returns its refusal or internal error
@@ -125,8 +126,25 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields,
-// wrong types and trailing data with a message naming the field.
+// wrong types and trailing data with a message naming the field, and first
+// anything strictjson refuses (bytes that are not UTF-8, repeated member
+// names, too deep nesting, numbers too long or too large) with its byte
+// offset and member.
 func decodeStrict(b []byte, v any, rule string) error {
+	return decodeStrictOuter(b, v, rule, -1)
+}
+
+// decodeStrictOuter is decodeStrict checking strictly only down to nesting
+// level outer (-1: everywhere): values nested deeper are checked on their
+// own later (the envelopes of a batch).
+func decodeStrictOuter(b []byte, v any, rule string, outer int) error {
+	if len(bytes.TrimSpace(b)) > 0 {
+		// Syntax errors are left to encoding/json, which names them as
+		// every route always has.
+		if err := strictjson.CheckOuter(b, outer); err != nil && err.Kind != strictjson.Syntax {
+			return bus.Errorf(rule, "The request body is refused: %s.", err)
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

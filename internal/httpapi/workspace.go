@@ -109,7 +109,9 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
-	if err := decodeStrict(body, &req, bus.RuleEnvelopeMalformed); err != nil {
+	// The envelopes (level 3 and below) are checked one by one, each with
+	// its own result.
+	if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
 		return err
 	}
 	if len(req.Messages) < 1 || len(req.Messages) > 100 {
