@@ -452,7 +452,7 @@ func newAuditCommand() *cobra.Command {
 			if err := o.print(cmd, client.AuditPage{Entries: entries, NextCursor: next}, func(w io.Writer) {
 				row(w, "AT", "ACTOR", "ACTION", "TARGET", "DETAILS")
 				for _, e := range entries {
-					d, _ := json.Marshal(e.Details)
+					d, _ := marshalJSON(e.Details)
 					row(w, when(e.At), e.Actor, e.Action, e.Target, compact(d, 80))
 				}
 			}); err != nil {
