@@ -34,3 +34,37 @@ func TestAnswersWriteHTMLCharactersAsIs(t *testing.T) {
 		t.Errorf("workspace name not as is: %s", r.Body)
 	}
 }
+
+// TestOpenAPIServers: the served document names the server by its public
+// URL, so that tools built from it call the right address.
+func TestOpenAPIServers(t *testing.T) {
+	t.Parallel()
+	const public = "https://bus.example.com/base"
+	n := startWith(t, servertest.Options{PublicURL: public + "/"})
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Servers []struct {
+			URL string `json:"url"`
+		} `json:"servers"`
+		Paths map[string]any `json:"paths"`
+	}
+	r := n.do(t, "GET", "/v1/openapi.json", "", nil).Must(t, 200)
+	r.Decode(t, &doc)
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != public {
+		t.Fatalf("servers = %+v, want [{url: %s}]", doc.Servers, public)
+	}
+	if doc.OpenAPI != "3.1.0" || doc.Paths["/v1/manage/whoami"] == nil {
+		t.Fatalf("document damaged: %.300s", r.Body)
+	}
+	// A node without --public-url names its own address.
+	n2 := start(t)
+	n2.do(t, "GET", "/v1/openapi.json", "", nil).Must(t, 200).Decode(t, &doc)
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != n2.URL {
+		t.Fatalf("servers = %+v, want [{url: %s}]", doc.Servers, n2.URL)
+	}
+	// The ETag follows the document served, so two nodes with different
+	// public URLs do not share one.
+	if r.Header.Get("ETag") == "" || r.Header.Get("ETag") == n2.do(t, "GET", "/v1/openapi.json", "", nil).Header.Get("ETag") {
+		t.Errorf("ETag %q does not depend on the servers", r.Header.Get("ETag"))
+	}
+}

@@ -409,7 +409,9 @@ func paths() obj {
 				"text/plain", o("schema", o("type", "string")),
 				"application/openmetrics-text", o("schema", o("type", "string")),
 			)), "500", internalErr))),
-		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document", "", secNone, nil, nil,
+		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document",
+			"Decision: as served, `servers` holds one server, the node's public URL (`--public-url`, by default `http://` and the "+
+				"listen address), from which every path here starts.", secNone, nil, nil,
 			o("200", resp("The OpenAPI document.", o("type", "object", "required", []string{"openapi", "paths"}), nil), "500", internalErr))),
 	)
 }
