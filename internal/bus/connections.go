@@ -114,6 +114,9 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 			if err := ValidateTopicPattern(sub.Topic); err != nil {
 				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
 			}
+			if err := CheckTopicReachable(sub.Topic); err != nil {
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
+			}
 			if sub.Producers != nil && len(sub.Producers) == 0 || len(sub.Producers) > MaxProducerFilters {
 				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers, when given, must hold 1 to %d producer ids (leave it out to accept every producer).", i, MaxProducerFilters)
 			}
@@ -126,6 +129,38 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 					return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d] repeats %s; each producer id may appear once.", i, j, pid)
 				}
 				seen[pid] = true
+			}
+		}
+	}
+	return nil
+}
+
+// checkProducers refuses producer filters that name an id which is not a
+// producer connection of the workspace: such a filter could never accept a
+// message. It reads the workspace's connections once, in the transaction
+// that writes the subscriptions.
+func checkProducers(tx Tx, workspaceID string, subs *[]Subscription) error {
+	if subs == nil {
+		return nil
+	}
+	var kinds map[string]ConnectionKind
+	for i, sub := range *subs {
+		for j, pid := range sub.Producers {
+			if kinds == nil {
+				cs, err := tx.ConnectionList(workspaceID, "")
+				if err != nil {
+					return err
+				}
+				kinds = make(map[string]ConnectionKind, len(cs))
+				for _, c := range cs {
+					kinds[c.ID] = c.Kind
+				}
+			}
+			switch kind, ok := kinds[pid]; {
+			case !ok:
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d]: %s is not a connection of workspace %s; producers names producer connections of this workspace.", i, j, pid, workspaceID)
+			case kind != KindProducer:
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d]: %s is a %s connection, which publishes nothing; producers names producer connections of this workspace.", i, j, pid, kind)
 			}
 		}
 	}
@@ -162,6 +197,9 @@ func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID st
 		c.Subscriptions = *p.Subscriptions
 	}
 	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := checkProducers(tx, workspaceID, p.Subscriptions); err != nil {
+			return err
+		}
 		if err := tx.ConnectionCreate(c); err != nil {
 			return err
 		}
@@ -169,7 +207,7 @@ func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID st
 			"kind": c.Kind, "name": c.Name, "attempt_limit": c.AttemptLimit, "quota_tier": c.QuotaTier, "subscriptions": c.Subscriptions}))
 	})
 	if err != nil {
-		return ConnectionView{}, fmt.Errorf("create connection: %w", err)
+		return ConnectionView{}, refusalOr("create connection", err)
 	}
 	return s.view(ctx, c, true)
 }
@@ -272,6 +310,9 @@ func (s *Service) UpdateConnection(ctx context.Context, a *Actor, workspaceID, i
 			return err
 		}
 		if err := s.checkConnectionParams(a, c.Kind, p); err != nil {
+			return err
+		}
+		if err := checkProducers(tx, workspaceID, p.Subscriptions); err != nil {
 			return err
 		}
 		details := map[string]any{}

@@ -275,9 +275,14 @@ func schemas() obj {
 		"MemberPutRequest", closed("", []string{"role"}, o("role", ref("Role"))),
 		"Subscription", closed("Routes messages whose topic matches `topic` (and, when `producers` is given, that come from one of them). "+
 			"Patterns match dot-separated segments: `*` exactly one segment, a final `>` one or more; other segments are "+
-			"`[a-z0-9_-]+`. Any other pattern is 400 `manage.bad_request`.", []string{"topic"}, o(
+			"`[a-z0-9_-]+`. Any other pattern is 400 `manage.bad_request`. Decision: so is a pattern that no topic can match, "+
+			"with a message saying why: every topic is `som.` followed by a message type of one or more segments and at most "+
+			"128 characters, so the first segment must be `som`, `*` or `>`, a second segment must follow (but after a lone "+
+			"`>`), and the shortest match (`*` and `>` standing for one character) must fit in 132 characters.", []string{"topic"}, o(
 			"topic", pattern(patternRE, "").with("maxLength", 256),
-			"producers", o("type", "array", "minItems", 1, "maxItems", 100, "uniqueItems", true, "items", id("c", "")),
+			"producers", o("type", "array", "minItems", 1, "maxItems", 100, "uniqueItems", true, "items", id("c",
+				"Decision: each id must be a producer connection of the workspace (a revoked one too); any other id is 400 "+
+					"`manage.bad_request`, since the filter could never accept a message.")),
 		)),
 		"Subscriptions", array(ref("Subscription"), "Decision: at most 100 per connection. Only consumer connections have "+
 			"subscriptions: a producer's list is always empty and giving it a non-empty one is 400 `manage.bad_request`. "+
