@@ -496,11 +496,21 @@ func (m *Manager) Usage(ctx context.Context, ws, id string) (*Usage, error) {
 
 // ListAudit reads one page of a workspace's audit log, newest first (admins).
 func (m *Manager) ListAudit(ctx context.Context, ws string, p PageOptions) (*AuditPage, error) {
+	return m.auditPage(ctx, wsPath(ws)+"/audit", p)
+}
+
+// ListGlobalAudit reads one page of the audit entries that belong to no
+// workspace (the creation of users and API keys), newest first (operators).
+func (m *Manager) ListGlobalAudit(ctx context.Context, p PageOptions) (*AuditPage, error) {
+	return m.auditPage(ctx, "/v1/manage/audit", p)
+}
+
+func (m *Manager) auditPage(ctx context.Context, path string, p PageOptions) (*AuditPage, error) {
 	var out struct {
 		Entries    []AuditEntry `json:"entries"`
 		NextCursor *string      `json:"next_cursor"`
 	}
-	if err := m.do(ctx, http.MethodGet, wsPath(ws)+"/audit", p.query(), nil, &out); err != nil {
+	if err := m.do(ctx, http.MethodGet, path, p.query(), nil, &out); err != nil {
 		return nil, err
 	}
 	page := &AuditPage{Entries: out.Entries}

@@ -101,8 +101,10 @@ type Tx interface {
 	SkillsGet(connectionID string) (Skills, error)
 
 	AuditInsert(e AuditEntry) error
-	// AuditList lists a workspace's audit entries newest first, before the
-	// entry with id before (all when before is "").
+	// AuditList lists a workspace's audit entries ("" for the entries of no
+	// workspace) newest first, before the entry with id before (all when
+	// before is ""); a before that is not an entry of this listing gives an
+	// empty page.
 	AuditList(workspaceID string, limit int, before string) ([]AuditEntry, error)
 
 	SigningKeyList() ([]SigningKey, error)

@@ -375,6 +375,18 @@ func (s *Server) manageRoutes() {
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
+	s.manageQuery("GET /v1/manage/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+		limit, cursor, err := pageParams(r)
+		if err != nil {
+			return err
+		}
+		page, err := s.svc.ListGlobalAudit(r.Context(), a, limit, cursor)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, page)
+		return nil
+	})
 	s.manageQuery("GET "+ws+"/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		limit, cursor, err := pageParams(r)
 		if err != nil {

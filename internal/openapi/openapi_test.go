@@ -60,6 +60,7 @@ var apiRoutes = []string{
 	"GET /v1/manage/workspaces/{t}/connections/{c}/skills",
 	"GET /v1/manage/workspaces/{t}/connections/{c}/usage",
 	"GET /v1/manage/workspaces/{t}/audit",
+	"GET /v1/manage/audit",
 	// 8. Operations, and 1. the document itself
 	"GET /healthz",
 	"GET /readyz",

@@ -394,6 +394,12 @@ func paths() obj {
 		"/v1/manage/workspaces/{t}/audit", o("get", mop("listAudit", "Read the audit log", "admin", "Newest first.",
 			[]obj{paramRef("tenant"), paramRef("limit"), paramRef("cursor")}, nil,
 			200, resp("A page of audit entries.", ref("AuditList"), nil), mopt{forbid: true, notFound: wsNotFound})),
+		"/v1/manage/audit", o("get", mop("listGlobalAudit", "Read the audit entries of users and API keys", "operator",
+			"Decision: the changes that belong to no workspace (`user.create` and `key.create`; the first operator's creation has "+
+				"the actor `system`), newest first, paged like a workspace's audit log. Anyone but an operator gets 403 "+
+				"`manage.forbidden`.",
+			[]obj{paramRef("limit"), paramRef("cursor")}, nil,
+			200, resp("A page of audit entries.", ref("AuditList"), nil), mopt{forbid: true})),
 
 		// ---- operations ----
 		"/healthz", o("get", op("healthz", "operations", "Liveness", "The process is up.", secNone, nil, nil,

@@ -368,7 +368,7 @@ func schemas() obj {
 		"AuditEntry", closed("One recorded change. No secret ever appears in it.", []string{"id", "at", "actor", "action", "target", "details"}, o(
 			"id", str(""),
 			"at", timeField(""),
-			"actor", str("The user id of whoever made the change."),
+			"actor", str("The user id of whoever made the change; `system` for the first operator, made by the server itself."),
 			"action", pattern(`^[a-z_]+(\.[a-z_]+)+$`, "A dotted name: `workspace.create`, `user.create`, `key.create`, `member.set`, "+
 				"`member.remove`, `connection.create`, `connection.update`, `connection.revoke`, `connection.restore`, `connection.remove`, "+
 				"`secret.issue`, `secret.rotate`, `secret.stop_previous`, `secret.revoke`, `dead_letters.redrive`, `queue.purge`, `skills.update`."),
