@@ -330,8 +330,12 @@ func paths() obj {
 					conflict: "Decision: the user is the workspace's last owner."}),
 		),
 		"/v1/manage/workspaces/{t}/connections", o(
-			"get", mop("listConnections", "List connections", "viewer", "Oldest first.",
-				[]obj{paramRef("tenant"), param("kind", "query", false, enum("", "consumer", "producer"), "Only connections of this kind.")}, nil,
+			"get", mop("listConnections", "List connections", "viewer",
+				"Oldest first, a page at a time. Decision: `limit` defaults to 100, the most a page holds, so a workspace of up to "+
+					"100 connections is listed whole; `cursor` stays valid when the connection it follows is removed.",
+				[]obj{paramRef("tenant"), param("kind", "query", false, enum("", "consumer", "producer"), "Only connections of this kind."),
+					param("limit", "query", false, integer(1, 100, "").with("default", 100), "Decision: page size, 1 to 100, default 100."),
+					paramRef("cursor")}, nil,
 				200, resp("The connections.", ref("ConnectionList"), nil), mopt{notFound: wsNotFound}),
 			"post", mop("createConnection", "Create a connection", "admin",
 				"Creates a `consumer` (with its queue) or a `producer` connection; no secret yet (see `/secret`).",

@@ -306,7 +306,12 @@ func schemas() obj {
 			"description", "Decision: the queue counts are top-level fields, present exactly on consumer connections.",
 			"oneOf", []obj{ref("ConsumerConnection"), ref("ProducerConnection")},
 		),
-		"ConnectionList", closed("Oldest first.", []string{"connections"}, o("connections", array(ref("Connection"), ""))),
+		"ConnectionList", closed("Decision: oldest first, one page at a time: `next_cursor` is passed as `cursor` for the next "+
+			"page and is null on the last page. The queue counts of a page's consumers are read together, in one snapshot.",
+			[]string{"connections", "next_cursor"}, o(
+				"connections", array(ref("Connection"), "").with("maxItems", 100),
+				"next_cursor", cursor(),
+			)),
 		"ConnectionCreateRequest", closed("", []string{"kind", "name"}, o(
 			"kind", enum("", "consumer", "producer"),
 			"name", strLen(1, 128, "Decision: 1 to 128 characters; names need not be unique."),
