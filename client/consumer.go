@@ -74,7 +74,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 // milliseconds, the envelope as accepted).
 func (m Message) MarshalJSON() ([]byte, error) {
 	type wire Message
-	return json.Marshal(struct {
+	return marshal(struct {
 		wire
 		EnqueuedAt string `json:"enqueued_at"`
 	}{wire(m), m.EnqueuedAt.UTC().Format("2006-01-02T15:04:05.000Z")})
@@ -174,7 +174,7 @@ func (s Skills) MarshalJSON() ([]byte, error) {
 		v := s.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000Z")
 		at = &v
 	}
-	return json.Marshal(struct {
+	return marshal(struct {
 		Registrations []SkillRegistration `json:"registrations"`
 		UpdatedAt     *string             `json:"updated_at"`
 	}{regs, at})

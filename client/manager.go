@@ -237,7 +237,8 @@ type AuditPage struct {
 }
 
 // PageOptions select a page of a listing: Limit 1 to 100 (0 is the bus's
-// 50) and the Cursor a previous page returned.
+// default: 50, or 100 for connections) and the Cursor a previous page
+// returned.
 type PageOptions struct {
 	Limit  int
 	Cursor string
@@ -335,16 +336,50 @@ func (m *Manager) CreateConnection(ctx context.Context, ws string, p ConnectionP
 	return &out, m.do(ctx, http.MethodPost, wsPath(ws)+"/connections", nil, p, &out)
 }
 
-// ListConnections lists a workspace's connections; kind "" is all.
+// ListConnections lists every connection of a workspace, oldest first,
+// reading page after page; kind "" is all.
 func (m *Manager) ListConnections(ctx context.Context, ws, kind string) ([]Connection, error) {
-	var q url.Values
+	var all []Connection
+	p := PageOptions{Limit: 100}
+	for {
+		page, err := m.ListConnectionsPage(ctx, ws, kind, p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Connections...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		p.Cursor = page.NextCursor
+	}
+}
+
+// ConnectionPage is one page of a workspace's connections, oldest first;
+// NextCursor is "" on the last page.
+type ConnectionPage struct {
+	Connections []Connection `json:"connections"`
+	NextCursor  string       `json:"next_cursor"`
+}
+
+// ListConnectionsPage reads one page of a workspace's connections; kind ""
+// is all. p.Limit 0 is the bus's default (100, the largest page).
+func (m *Manager) ListConnectionsPage(ctx context.Context, ws, kind string, p PageOptions) (*ConnectionPage, error) {
+	q := p.query()
 	if kind != "" {
-		q = url.Values{"kind": {kind}}
+		q.Set("kind", kind)
 	}
 	var out struct {
 		Connections []Connection `json:"connections"`
+		NextCursor  *string      `json:"next_cursor"`
 	}
-	return out.Connections, m.do(ctx, http.MethodGet, wsPath(ws)+"/connections", q, nil, &out)
+	if err := m.do(ctx, http.MethodGet, wsPath(ws)+"/connections", q, nil, &out); err != nil {
+		return nil, err
+	}
+	page := &ConnectionPage{Connections: out.Connections}
+	if out.NextCursor != nil {
+		page.NextCursor = *out.NextCursor
+	}
+	return page, nil
 }
 
 // GetConnection reads a connection (with its queue counts for a consumer).
@@ -496,11 +531,21 @@ func (m *Manager) Usage(ctx context.Context, ws, id string) (*Usage, error) {
 
 // ListAudit reads one page of a workspace's audit log, newest first (admins).
 func (m *Manager) ListAudit(ctx context.Context, ws string, p PageOptions) (*AuditPage, error) {
+	return m.auditPage(ctx, wsPath(ws)+"/audit", p)
+}
+
+// ListGlobalAudit reads one page of the audit entries that belong to no
+// workspace (the creation of users and API keys), newest first (operators).
+func (m *Manager) ListGlobalAudit(ctx context.Context, p PageOptions) (*AuditPage, error) {
+	return m.auditPage(ctx, "/v1/manage/audit", p)
+}
+
+func (m *Manager) auditPage(ctx context.Context, path string, p PageOptions) (*AuditPage, error) {
 	var out struct {
 		Entries    []AuditEntry `json:"entries"`
 		NextCursor *string      `json:"next_cursor"`
 	}
-	if err := m.do(ctx, http.MethodGet, wsPath(ws)+"/audit", p.query(), nil, &out); err != nil {
+	if err := m.do(ctx, http.MethodGet, path, p.query(), nil, &out); err != nil {
 		return nil, err
 	}
 	page := &AuditPage{Entries: out.Entries}

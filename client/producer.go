@@ -86,7 +86,7 @@ func (e Envelope) encode() (json.RawMessage, error) {
 	if e.Payload == nil {
 		e.Payload = struct{}{}
 	}
-	b, err := json.Marshal(e)
+	b, err := marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("sombus: encode envelope: %w", err)
 	}

@@ -91,7 +91,7 @@ func (t *transport) do(ctx context.Context, c call, out any) error {
 	case json.RawMessage:
 		body = b
 	default:
-		j, err := json.Marshal(b)
+		j, err := marshal(b)
 		if err != nil {
 			return fmt.Errorf("sombus: encode %s %s: %w", c.method, c.path, err)
 		}

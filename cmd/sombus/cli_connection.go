@@ -424,18 +424,20 @@ func newPurgeCommand() *cobra.Command {
 func newAuditCommand() *cobra.Command {
 	o := &cliOptions{}
 	var page client.PageOptions
-	var all bool
+	var all, global bool
 	cmd := &cobra.Command{
-		Use: "audit", Short: "Read the workspace's audit log, newest first (admins)", Args: cobra.NoArgs,
+		Use: "audit", Short: "Read the workspace's audit log, or with --global that of users and keys, newest first", Args: cobra.NoArgs,
+		Long: `Read the workspace's audit log (admins), newest first. With --global, read the
+entries that belong to no workspace instead: users and API keys created (operators).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, ws, err := o.workspaceManager()
+			list, err := o.auditLister(global)
 			if err != nil {
 				return err
 			}
 			var entries []client.AuditEntry
 			next := ""
 			for {
-				p, err := m.ListAudit(cmd.Context(), ws, page)
+				p, err := list(cmd.Context(), page)
 				if err != nil {
 					return err
 				}
@@ -452,7 +454,7 @@ func newAuditCommand() *cobra.Command {
 			if err := o.print(cmd, client.AuditPage{Entries: entries, NextCursor: next}, func(w io.Writer) {
 				row(w, "AT", "ACTOR", "ACTION", "TARGET", "DETAILS")
 				for _, e := range entries {
-					d, _ := json.Marshal(e.Details)
+					d, _ := marshalJSON(e.Details)
 					row(w, when(e.At), e.Actor, e.Action, e.Target, compact(d, 80))
 				}
 			}); err != nil {
@@ -468,5 +470,28 @@ func newAuditCommand() *cobra.Command {
 	cmd.Flags().IntVar(&page.Limit, "limit", 0, "entries per page, 1 to 100 (default 50)")
 	cmd.Flags().StringVar(&page.Cursor, "cursor", "", "the cursor a previous page printed")
 	cmd.Flags().BoolVar(&all, "all", false, "read every page")
+	cmd.Flags().BoolVar(&global, "global", false, "read the entries of no workspace: users and API keys created (operators)")
 	return cmd
+}
+
+// auditLister reads pages of the workspace's audit log, or with global of
+// the entries of no workspace.
+func (o *cliOptions) auditLister(global bool) (func(context.Context, client.PageOptions) (*client.AuditPage, error), error) {
+	if !global {
+		m, ws, err := o.workspaceManager()
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, p client.PageOptions) (*client.AuditPage, error) {
+			return m.ListAudit(ctx, ws, p)
+		}, nil
+	}
+	if o.workspace != "" {
+		return nil, errors.New("--global reads the entries of no workspace: leave out --workspace")
+	}
+	m, err := o.manager()
+	if err != nil {
+		return nil, err
+	}
+	return m.ListGlobalAudit, nil
 }

@@ -61,7 +61,7 @@ with a progress bar on a terminal), or built from --type, --correlation-id and
 				if e.Payload == nil {
 					e.Payload = map[string]any{}
 				}
-				raw, _ := json.Marshal(e)
+				raw, _ := marshalJSON(e)
 				envs = append(envs, raw)
 			}
 			for _, a := range args {
@@ -208,7 +208,7 @@ func (pb *publisher) run(envs []json.RawMessage, bar interface{ Add(int) error }
 			pb.accepted++
 		}
 		if pb.o.json() {
-			b, _ := json.Marshal(r)
+			b, _ := marshalJSON(r)
 			fmt.Fprintln(pb.cmd.OutOrStdout(), string(b))
 		} else {
 			pb.results = append(pb.results, r)
@@ -343,7 +343,7 @@ func printMessages(o *cliOptions, cmd *cobra.Command, msgs []client.Message, hea
 	out := cmd.OutOrStdout()
 	if o.json() {
 		for _, m := range msgs {
-			b, _ := json.Marshal(m)
+			b, _ := marshalJSON(m)
 			fmt.Fprintln(out, string(b))
 		}
 		return

@@ -2,8 +2,11 @@ package bus
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,7 +57,22 @@ type SecretIssued struct {
 	SkillsURL         string `json:"skills_url,omitempty"`
 }
 
+// view is c as the management API shows it, with its queue counts when it
+// is a consumer.
 func (s *Service) view(ctx context.Context, c Connection, withStats bool) (ConnectionView, error) {
+	v := s.viewOf(c)
+	if c.Kind == KindConsumer && withStats {
+		st, err := s.store.QueueStats(ctx, c.ID, s.clock.Now())
+		if err != nil {
+			return v, fmt.Errorf("queue stats: %w", err)
+		}
+		v.QueueStats = &st
+	}
+	return v, nil
+}
+
+// viewOf is c as the management API shows it, without queue counts.
+func (s *Service) viewOf(c Connection) ConnectionView {
 	v := ConnectionView{
 		ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind, Name: c.Name, Status: c.Status,
 		AttemptLimit: c.AttemptLimit, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion,
@@ -71,14 +89,7 @@ func (s *Service) view(ctx context.Context, c Connection, withStats bool) (Conne
 	if v.Secret.PreviousExpiresAt != nil && !v.Secret.PreviousExpiresAt.After(s.clock.Now()) {
 		v.Secret.PreviousExpiresAt = nil
 	}
-	if c.Kind == KindConsumer && withStats {
-		st, err := s.store.QueueStats(ctx, c.ID, s.clock.Now())
-		if err != nil {
-			return v, fmt.Errorf("queue stats: %w", err)
-		}
-		v.QueueStats = &st
-	}
-	return v, nil
+	return v
 }
 
 // checkConnectionParams validates the given fields of a create or update.
@@ -114,6 +125,9 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 			if err := ValidateTopicPattern(sub.Topic); err != nil {
 				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
 			}
+			if err := CheckTopicReachable(sub.Topic); err != nil {
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].topic: %v.", i, err)
+			}
 			if sub.Producers != nil && len(sub.Producers) == 0 || len(sub.Producers) > MaxProducerFilters {
 				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers, when given, must hold 1 to %d producer ids (leave it out to accept every producer).", i, MaxProducerFilters)
 			}
@@ -126,6 +140,38 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 					return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d] repeats %s; each producer id may appear once.", i, j, pid)
 				}
 				seen[pid] = true
+			}
+		}
+	}
+	return nil
+}
+
+// checkProducers refuses producer filters that name an id which is not a
+// producer connection of the workspace: such a filter could never accept a
+// message. It reads the workspace's connections once, in the transaction
+// that writes the subscriptions.
+func checkProducers(tx Tx, workspaceID string, subs *[]Subscription) error {
+	if subs == nil {
+		return nil
+	}
+	var kinds map[string]ConnectionKind
+	for i, sub := range *subs {
+		for j, pid := range sub.Producers {
+			if kinds == nil {
+				cs, err := tx.ConnectionList(workspaceID, "")
+				if err != nil {
+					return err
+				}
+				kinds = make(map[string]ConnectionKind, len(cs))
+				for _, c := range cs {
+					kinds[c.ID] = c.Kind
+				}
+			}
+			switch kind, ok := kinds[pid]; {
+			case !ok:
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d]: %s is not a connection of workspace %s; producers names producer connections of this workspace.", i, j, pid, workspaceID)
+			case kind != KindProducer:
+				return Errorf(RuleManageBadRequest, "subscriptions[%d].producers[%d]: %s is a %s connection, which publishes nothing; producers names producer connections of this workspace.", i, j, pid, kind)
 			}
 		}
 	}
@@ -162,6 +208,9 @@ func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID st
 		c.Subscriptions = *p.Subscriptions
 	}
 	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := checkProducers(tx, workspaceID, p.Subscriptions); err != nil {
+			return err
+		}
 		if err := tx.ConnectionCreate(c); err != nil {
 			return err
 		}
@@ -169,7 +218,7 @@ func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID st
 			"kind": c.Kind, "name": c.Name, "attempt_limit": c.AttemptLimit, "quota_tier": c.QuotaTier, "subscriptions": c.Subscriptions}))
 	})
 	if err != nil {
-		return ConnectionView{}, fmt.Errorf("create connection: %w", err)
+		return ConnectionView{}, refusalOr("create connection", err)
 	}
 	return s.view(ctx, c, true)
 }
@@ -226,33 +275,101 @@ func (s *Service) readConnection(ctx context.Context, workspaceID, id string) (C
 	return c, refusalOr("read connection", err)
 }
 
-// ListConnections lists a workspace's connections, of one kind unless kind
-// is "" (viewers).
-func (s *Service) ListConnections(ctx context.Context, a *Actor, workspaceID string, kind ConnectionKind) ([]ConnectionView, error) {
+// Pages of the connections listing. The default page is the largest, so a
+// workspace of up to 100 connections lists whole, as before paging.
+const (
+	MaxConnectionPage     = 100
+	DefaultConnectionPage = 100
+)
+
+// ConnectionListPage is the answer of the connections listing: a page,
+// oldest first, and the cursor of the next one (nil on the last page).
+type ConnectionListPage struct {
+	Connections []ConnectionView `json:"connections"`
+	NextCursor  *string          `json:"next_cursor"`
+}
+
+// errBadConnectionCursor refuses a cursor the listing did not return.
+var errBadConnectionCursor = Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
+
+// encodeConnectionCursor makes the opaque cursor of a position: the
+// creation time (milliseconds) and insertion order of the page's last
+// connection, so that it stays valid when that connection is removed.
+func encodeConnectionCursor(p ConnectionPosition) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%d", p.CreatedAt.UnixMilli(), p.Seq))
+}
+
+// decodeConnectionCursor reads a cursor of encodeConnectionCursor; "" is
+// the first page (nil).
+func decodeConnectionCursor(cursor string) (*ConnectionPosition, error) {
+	if cursor == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) > 48 {
+		return nil, errBadConnectionCursor
+	}
+	at, seq, ok := strings.Cut(string(b), ".")
+	msec, err1 := strconv.ParseInt(at, 10, 64)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n < 0 {
+		return nil, errBadConnectionCursor
+	}
+	return &ConnectionPosition{CreatedAt: time.UnixMilli(msec).UTC(), Seq: n}, nil
+}
+
+// ListConnections lists one page of a workspace's connections, of one kind
+// unless kind is "", oldest first, after cursor ("" for the first page)
+// (viewers). The queue counts of the page's consumers are read in one
+// query.
+func (s *Service) ListConnections(ctx context.Context, a *Actor, workspaceID string, kind ConnectionKind, limit int, cursor string) (ConnectionListPage, error) {
 	if err := s.requireRole(ctx, a, workspaceID, RoleViewer); err != nil {
-		return nil, err
+		return ConnectionListPage{}, err
 	}
 	if kind != "" && kind != KindConsumer && kind != KindProducer {
-		return nil, Errorf(RuleManageBadRequest, "kind must be \"consumer\" or \"producer\".")
+		return ConnectionListPage{}, Errorf(RuleManageBadRequest, "kind must be \"consumer\" or \"producer\".")
 	}
-	var cs []Connection
-	err := s.store.View(ctx, func(tx Tx) error {
+	if limit < 1 || limit > MaxConnectionPage {
+		return ConnectionListPage{}, Errorf(RuleManageBadRequest, "limit must be an integer between 1 and %d.", MaxConnectionPage)
+	}
+	after, err := decodeConnectionCursor(cursor)
+	if err != nil {
+		return ConnectionListPage{}, err
+	}
+	var r ConnectionPageResult
+	err = s.store.View(ctx, func(tx Tx) error {
 		var err error
-		cs, err = tx.ConnectionList(workspaceID, kind)
+		r, err = tx.ConnectionPage(ConnectionPageParams{WorkspaceID: workspaceID, Kind: kind, Limit: limit, After: after})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list connections: %w", err)
+		return ConnectionListPage{}, fmt.Errorf("list connections: %w", err)
 	}
-	out := make([]ConnectionView, 0, len(cs))
-	for _, c := range cs {
-		v, err := s.view(ctx, c, true)
-		if err != nil {
-			return nil, err
+	page := ConnectionListPage{Connections: make([]ConnectionView, 0, len(r.Connections))}
+	var queues []string
+	for _, c := range r.Connections {
+		page.Connections = append(page.Connections, s.viewOf(c))
+		if c.Kind == KindConsumer {
+			queues = append(queues, c.ID)
 		}
-		out = append(out, v)
 	}
-	return out, nil
+	if len(queues) > 0 {
+		stats, err := s.store.QueueStatsMany(ctx, queues, s.clock.Now())
+		if err != nil {
+			return ConnectionListPage{}, fmt.Errorf("queue stats: %w", err)
+		}
+		for i := range page.Connections {
+			if v := &page.Connections[i]; v.Kind == KindConsumer {
+				st := stats[v.ID] // a consumer removed since the page was read counts as empty
+				v.QueueStats = &st
+			}
+		}
+	}
+	if r.Next != nil {
+		next := encodeConnectionCursor(*r.Next)
+		page.NextCursor = &next
+	}
+	return page, nil
 }
 
 // UpdateConnection changes a connection's name, attempt limit, tier or
@@ -272,6 +389,9 @@ func (s *Service) UpdateConnection(ctx context.Context, a *Actor, workspaceID, i
 			return err
 		}
 		if err := s.checkConnectionParams(a, c.Kind, p); err != nil {
+			return err
+		}
+		if err := checkProducers(tx, workspaceID, p.Subscriptions); err != nil {
 			return err
 		}
 		details := map[string]any{}

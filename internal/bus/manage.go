@@ -409,6 +409,22 @@ func (s *Service) ListAudit(ctx context.Context, a *Actor, workspaceID string, l
 	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
 		return AuditPage{}, err
 	}
+	return s.auditPage(ctx, workspaceID, limit, cursor)
+}
+
+// ListGlobalAudit reads the audit entries that belong to no workspace (the
+// creation of users and API keys), newest first (operators).
+func (s *Service) ListGlobalAudit(ctx context.Context, a *Actor, limit int, cursor string) (AuditPage, error) {
+	if !a.User.Operator {
+		return AuditPage{}, Errorf(RuleManageForbidden, "Only operators may read the audit entries of users and API keys.")
+	}
+	return s.auditPage(ctx, "", limit, cursor)
+}
+
+// auditPage reads one page of the audit log of workspaceID ("" for the
+// entries of no workspace), after cursor (the last entry id of the previous
+// page, "" for the first).
+func (s *Service) auditPage(ctx context.Context, workspaceID string, limit int, cursor string) (AuditPage, error) {
 	if cursor != "" && !ValidID(cursor, PrefixAudit) {
 		return AuditPage{}, Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
 	}

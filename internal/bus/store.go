@@ -32,6 +32,10 @@ type Store interface {
 
 	// QueueStats counts a consumer queue.
 	QueueStats(ctx context.Context, queueID string, now time.Time) (QueueStats, error)
+	// QueueStatsMany counts several consumer queues in one statement (one
+	// snapshot), as QueueStats counts one; a queue that does not exist is
+	// left out of the map.
+	QueueStatsMany(ctx context.Context, queueIDs []string, now time.Time) (map[string]QueueStats, error)
 	// QueuePurge drops every message of a queue (not its dead letters) and
 	// writes p.Audit in the same transaction.
 	QueuePurge(ctx context.Context, p *PurgeParams) (int, error)
@@ -90,6 +94,10 @@ type Tx interface {
 	// ConnectionList lists a workspace's connections, of one kind unless
 	// kind is "", oldest first.
 	ConnectionList(workspaceID string, kind ConnectionKind) ([]Connection, error)
+	// ConnectionPage lists one page of a workspace's connections in the
+	// order of ConnectionList, after p.After, with the position to continue
+	// from when more follow.
+	ConnectionPage(p ConnectionPageParams) (ConnectionPageResult, error)
 	// ConnectionUpdate writes every field of c (matched by c.ID).
 	ConnectionUpdate(c Connection) error
 	// ConnectionDelete removes a connection with its queue, dead letters,
@@ -101,8 +109,10 @@ type Tx interface {
 	SkillsGet(connectionID string) (Skills, error)
 
 	AuditInsert(e AuditEntry) error
-	// AuditList lists a workspace's audit entries newest first, before the
-	// entry with id before (all when before is "").
+	// AuditList lists a workspace's audit entries ("" for the entries of no
+	// workspace) newest first, before the entry with id before (all when
+	// before is ""); a before that is not an entry of this listing gives an
+	// empty page.
 	AuditList(workspaceID string, limit int, before string) ([]AuditEntry, error)
 
 	SigningKeyList() ([]SigningKey, error)
@@ -111,6 +121,31 @@ type Tx interface {
 	// ServerSecret returns the named server-wide secret, creating it from
 	// fresh when absent (the first caller's value wins on every node).
 	ServerSecret(name string, fresh []byte) ([]byte, error)
+}
+
+// ConnectionPosition is where a connection stands in its workspace's
+// listing: by creation time, then by the order the store inserted
+// connections created in the same millisecond. A position stays valid when
+// its connection is removed.
+type ConnectionPosition struct {
+	CreatedAt time.Time
+	Seq       int64 // the store's insertion order (0 or more)
+}
+
+// ConnectionPageParams select one page of a workspace's connections.
+type ConnectionPageParams struct {
+	WorkspaceID string
+	Kind        ConnectionKind // "" for every kind
+	Limit       int            // 1 or more
+	// After is the position to list after; nil for the first page.
+	After *ConnectionPosition
+}
+
+// ConnectionPageResult is one page of connections; Next is the position
+// of its last connection when more follow, nil on the last page.
+type ConnectionPageResult struct {
+	Connections []Connection
+	Next        *ConnectionPosition
 }
 
 // PublishMessage is one checked envelope to accept.

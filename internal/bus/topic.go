@@ -19,10 +19,20 @@ func validSegment(s string) bool {
 	return true
 }
 
+// TopicPrefix starts every topic: a message's topic is TopicPrefix and its
+// message type.
+const TopicPrefix = "som."
+
+// MaxMessageTypeLength is the longest message type, in characters.
+const MaxMessageTypeLength = 128
+
+// MaxTopicLength is the longest topic a message can have.
+const MaxTopicLength = len(TopicPrefix) + MaxMessageTypeLength
+
 // ValidMessageType checks a message type: dot-separated segments of
-// [a-z0-9_-], at most 128 characters.
+// [a-z0-9_-], at most MaxMessageTypeLength characters.
 func ValidMessageType(s string) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > MaxMessageTypeLength {
 		return false
 	}
 	for _, seg := range strings.Split(s, ".") {
@@ -34,7 +44,7 @@ func ValidMessageType(s string) bool {
 }
 
 // TopicOf returns the topic of a message type.
-func TopicOf(messageType string) string { return "som." + messageType }
+func TopicOf(messageType string) string { return TopicPrefix + messageType }
 
 // ValidateTopicPattern checks a subscription pattern: dot-separated
 // segments, each [a-z0-9_-]+ or "*", with an optional final ">".
@@ -56,6 +66,35 @@ func ValidateTopicPattern(p string) error {
 		case !validSegment(seg):
 			return fmt.Errorf("topic %q: segment %d must be \"*\", a final \">\", or [a-z0-9_-]+", p, i+1)
 		}
+	}
+	return nil
+}
+
+// CheckTopicReachable refuses a valid pattern that no topic can match,
+// saying why. Every topic is TopicPrefix ("som.") followed by a message
+// type of one or more segments and at most MaxMessageTypeLength characters,
+// so a pattern matches some topic exactly when its first segment is "som",
+// "*" or ">", it has a second segment unless it is ">" alone, and its
+// shortest match ("*" and ">" standing for one character) fits in
+// MaxTopicLength.
+func CheckTopicReachable(p string) error {
+	segs := strings.Split(p, ".")
+	head := strings.TrimSuffix(TopicPrefix, ".")
+	if segs[0] == ">" {
+		return nil // every topic
+	}
+	if segs[0] != head && segs[0] != "*" {
+		return fmt.Errorf("topic %q can never match: every topic is %q followed by the message type, so the first segment must be %q, \"*\" or \">\"", p, TopicPrefix, head)
+	}
+	if len(segs) == 1 {
+		return fmt.Errorf("topic %q can never match: every topic has at least two segments, %q followed by the message type; add one, as in %q", p, TopicPrefix, p+".>")
+	}
+	shortest := len(head) + len(segs) - 1 // the head segment and the dots
+	for _, s := range segs[1:] {
+		shortest += len(s) // "*" and ">" stand for one character
+	}
+	if shortest > MaxTopicLength {
+		return fmt.Errorf("topic %q can never match: its shortest match is %d characters, and topics are at most %d characters (%q and a message type of at most %d)", p, shortest, MaxTopicLength, TopicPrefix, MaxMessageTypeLength)
 	}
 	return nil
 }

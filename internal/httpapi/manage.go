@@ -98,11 +98,17 @@ func noQuery(r *http.Request, allowed ...string) error {
 
 // pageParams reads limit (1 to 100, default 50) and cursor.
 func pageParams(r *http.Request) (int, string, error) {
-	if err := noQuery(r, "limit", "cursor"); err != nil {
+	return pageParamsOf(r, bus.DefaultAuditPage)
+}
+
+// pageParamsOf reads limit (1 to 100, default def) and cursor; the route
+// may take the extra query parameters too.
+func pageParamsOf(r *http.Request, def int, extra ...string) (int, string, error) {
+	if err := noQuery(r, append([]string{"limit", "cursor"}, extra...)...); err != nil {
 		return 0, "", err
 	}
 	q := r.URL.Query()
-	limit := bus.DefaultAuditPage
+	limit := def
 	if v, ok := q["limit"]; ok {
 		if len(v) != 1 || !digits.MatchString(v[0]) {
 			return 0, "", bus.Errorf(bus.RuleManageBadRequest, "limit must be an integer between 1 and %d.", bus.MaxAuditPage)
@@ -212,14 +218,15 @@ func (s *Server) manageRoutes() {
 		return nil
 	})
 	s.manageQuery("GET "+ws+"/connections", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
-		if err := noQuery(r, "kind"); err != nil {
-			return err
-		}
-		list, err := s.svc.ListConnections(r.Context(), a, r.PathValue("t"), bus.ConnectionKind(r.URL.Query().Get("kind")))
+		limit, cursor, err := pageParamsOf(r, bus.DefaultConnectionPage, "kind")
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"connections": list})
+		page, err := s.svc.ListConnections(r.Context(), a, r.PathValue("t"), bus.ConnectionKind(r.URL.Query().Get("kind")), limit, cursor)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, page)
 		return nil
 	})
 	s.manage("GET "+conn, func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
@@ -392,6 +399,18 @@ func (s *Server) manageRoutes() {
 			out["daily_quota"], out["remaining"] = u.DailyQuota, u.Remaining
 		}
 		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+	s.manageQuery("GET /v1/manage/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+		limit, cursor, err := pageParams(r)
+		if err != nil {
+			return err
+		}
+		page, err := s.svc.ListGlobalAudit(r.Context(), a, limit, cursor)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, page)
 		return nil
 	})
 	s.manageQuery("GET "+ws+"/audit", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {

@@ -458,7 +458,7 @@ func TestConnectionsCRUD(t *testing.T) {
 
 	// Good edges: attempt_limit 1 and 1000, patterns with * and >.
 	subs := []map[string]any{{"topic": "som.*"}, {"topic": "som.>"}, {"topic": "som.story.*"}, {"topic": "som.*.context"},
-		{"topic": "*"}, {"topic": ">"}, {"topic": "som.story-1.x_y"}, {"topic": "som.>", "producers": []string{pc.ID}}}
+		{"topic": "*.*"}, {"topic": ">"}, {"topic": "som.story-1.x_y"}, {"topic": "som.>", "producers": []string{pc.ID}}}
 	var full conn
 	n.do(t, "POST", connsPath(ws), admin, map[string]any{"kind": "consumer", "name": "edge", "attempt_limit": 1000, "subscriptions": subs}).Must(t, 201).Decode(t, &full)
 	if full.AttemptLimit != 1000 || len(full.Subscriptions) != len(subs) || full.Subscriptions[7].Producers[0] != pc.ID {

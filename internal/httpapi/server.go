@@ -40,6 +40,9 @@ type Config struct {
 	Tiers    limits.Tiers
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil: a fresh one
+	// PublicURL is the node's --public-url, named as the server of the
+	// OpenAPI document it serves.
+	PublicURL string
 }
 
 // Server is the HTTP API.
@@ -91,7 +94,7 @@ func (s *Server) routes() {
 		return nil
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	s.mux.Handle("GET /v1/openapi.json", openapi.Handler())
+	s.mux.Handle("GET /v1/openapi.json", openapi.Handler(s.cfg.PublicURL))
 
 	s.handle("POST /v1/oauth/token", s.token)
 	s.handle("GET /v1/oauth/jwks", s.jwks)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,6 +60,7 @@ var apiRoutes = []string{
 	"GET /v1/manage/workspaces/{t}/connections/{c}/skills",
 	"GET /v1/manage/workspaces/{t}/connections/{c}/usage",
 	"GET /v1/manage/workspaces/{t}/audit",
+	"GET /v1/manage/audit",
 	// 8. Operations, and 1. the document itself
 	"GET /healthz",
 	"GET /readyz",
@@ -212,7 +214,7 @@ func refersTo(s *openapi3.SchemaRef, ref string) bool {
 func TestHandler(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "/v1/openapi.json", nil)
 	rec := httptest.NewRecorder()
-	openapi.Handler().ServeHTTP(rec, req)
+	openapi.Handler("").ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -227,9 +229,48 @@ func TestHandler(t *testing.T) {
 	req2 := httptest.NewRequest(http.MethodGet, "/v1/openapi.json", nil)
 	req2.Header.Set("If-None-Match", rec.Header().Get("ETag"))
 	rec2 := httptest.NewRecorder()
-	openapi.Handler().ServeHTTP(rec2, req2)
+	openapi.Handler("").ServeHTTP(rec2, req2)
 	if rec2.Code != http.StatusNotModified {
 		t.Errorf("If-None-Match: status %d, want 304", rec2.Code)
+	}
+}
+
+// TestWithServer: the served document names the node's public URL as its
+// one server, stays valid OpenAPI and pretty-printed, and changes nothing
+// else.
+func TestWithServer(t *testing.T) {
+	const url = "https://bus.example.com/a&b"
+	doc := openapi.WithServer(url)
+	d, err := openapi3.NewLoader().LoadFromData(doc)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if err := d.Validate(context.Background()); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	if len(d.Servers) != 1 || d.Servers[0].URL != url {
+		t.Fatalf("servers = %+v, want one with url %s", d.Servers, url)
+	}
+	var compact, pretty bytes.Buffer
+	if err := json.Compact(&compact, doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Indent(&pretty, compact.Bytes(), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSuffix(string(doc), "\n") != strings.ReplaceAll(pretty.String(), `\u0026`, "&") {
+		t.Errorf("served document is not pretty-printed:\n%.400s", doc)
+	}
+	var with, without map[string]any
+	if json.Unmarshal(doc, &with) != nil || json.Unmarshal(openapi.Document, &without) != nil {
+		t.Fatal("not JSON")
+	}
+	delete(with, "servers")
+	if a, b := fmt.Sprint(with), fmt.Sprint(without); a != b {
+		t.Error("WithServer changed more than the servers")
+	}
+	if !bytes.Equal(openapi.WithServer(""), openapi.Document) {
+		t.Error(`WithServer("") is not the document`)
 	}
 }
 

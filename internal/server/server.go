@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.api = httpapi.New(httpapi.Config{
 		Service: s.svc, Signer: signer, Checker: s.checker,
 		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, failures),
-		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg,
+		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg, PublicURL: cfg.PublicURL,
 	})
 	s.http = &http.Server{
 		// Client addresses behind trusted proxies, and a deadline for

@@ -16,25 +16,9 @@ import (
 func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
 	var st bus.QueueStats
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
-		var total int64
-		var oldest *int64
-		// in_flight and delayed are stories whose head is out (visible_at in
-		// the future); every other message of the queue is ready.
-		if err := tx.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM messages WHERE queue_id = $1),
-				(SELECT count(*) FROM stories WHERE queue_id = $1 AND visible_at > $2 AND NOT delayed),
-				(SELECT count(*) FROM stories WHERE queue_id = $1 AND visible_at > $2 AND delayed),
-				(SELECT count(*) FROM dead_letters WHERE queue_id = $1),
-				(SELECT min(m.enqueued_at) FROM messages m JOIN stories s ON s.id = m.story_id
-					WHERE m.queue_id = $1 AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))`,
-			queueID, ms(now)).Scan(&total, &st.InFlight, &st.Delayed, &st.DeadLetters, &oldest); err != nil {
-			return err
-		}
-		st.Ready = max(total-st.InFlight-st.Delayed, 0)
-		if oldest != nil && *oldest < ms(now) {
-			st.OldestReadyAgeSeconds = float64(ms(now)-*oldest) / 1000
-		}
-		return nil
+		got, err := queueStats(ctx, tx, []string{queueID}, now)
+		st = got[queueID]
+		return err
 	})
 	if err != nil {
 		return bus.QueueStats{}, fmt.Errorf("queue stats: %w", err)

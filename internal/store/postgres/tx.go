@@ -310,7 +310,7 @@ func (t *mgmtTx) AuditList(workspaceID string, limit int, before string) ([]bus.
 		limit = 1 << 30
 	}
 	rows, err := t.tx.Query(t.ctx, `SELECT id, workspace_id, at, actor, action, target, details FROM audit_entries
-		WHERE workspace_id = $1 AND ($3 = '' OR ord < (SELECT ord FROM audit_entries WHERE id = $3))
+		WHERE workspace_id = $1 AND ($3 = '' OR ord < (SELECT ord FROM audit_entries WHERE id = $3 AND workspace_id = $1))
 		ORDER BY ord DESC LIMIT $2`, workspaceID, limit, before)
 	if err != nil {
 		return nil, interpretError(err)

@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,32 +14,13 @@ import (
 func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
 	var st bus.QueueStats
 	err := s.read(ctx, func(d *dbq) error {
-		if _, err := attemptLimit(d, queueID); err != nil {
+		got, err := queueStats(d, []string{queueID}, now)
+		if err != nil {
 			return err
 		}
-		n := ms(now)
-		var messages int64
-		if err := d.row(`SELECT
-				(SELECT count(*) FROM stories WHERE queue_id = ?1 AND visible_at > ?2 AND delayed = 0),
-				(SELECT count(*) FROM stories WHERE queue_id = ?1 AND visible_at > ?2 AND delayed = 1),
-				(SELECT count(*) FROM messages WHERE queue_id = ?1),
-				(SELECT count(*) FROM dead_letters WHERE queue_id = ?1)`, queueID, n).
-			Scan(&st.InFlight, &st.Delayed, &messages, &st.DeadLetters); err != nil {
-			return interpretError(err)
-		}
-		st.Ready = max(0, messages-st.InFlight-st.Delayed)
-		// The oldest message that is not a head in flight or delayed; the
-		// index messages_queue yields them oldest first, so this stops early.
-		var oldest int64
-		err := d.row(`SELECT m.enqueued_at FROM messages m WHERE m.queue_id = ?1
-			AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id AND s.head_seq = m.seq AND s.visible_at > ?2)
-			ORDER BY m.enqueued_at LIMIT 1`, queueID, n).Scan(&oldest)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return interpretError(err)
-		case oldest < n:
-			st.OldestReadyAgeSeconds = float64(n-oldest) / 1000 // millisecond precision
+		var ok bool
+		if st, ok = got[queueID]; !ok {
+			return notFound("queue", queueID)
 		}
 		return nil
 	})

@@ -383,7 +383,8 @@ func auditInsert(d *dbq, e bus.AuditEntry) error {
 
 // AuditList lists a workspace's entries ("" for the global ones) newest
 // first by insertion, at most limit (all when limit <= 0), older than the
-// entry before (when not ""). An unknown before gives an empty page.
+// entry before (when not ""). A before that is not an entry of this listing
+// gives an empty page.
 func (t *tx) AuditList(workspaceID string, limit int, before string) ([]bus.AuditEntry, error) {
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
@@ -391,7 +392,7 @@ func (t *tx) AuditList(workspaceID string, limit int, before string) ([]bus.Audi
 	q := `SELECT id, workspace_id, at, actor, action, target, details FROM audit WHERE workspace_id = ?`
 	args := []any{workspaceID}
 	if before != "" {
-		q += ` AND seq < (SELECT seq FROM audit WHERE id = ?)`
+		q += ` AND seq < (SELECT seq FROM audit WHERE id = ? AND workspace_id = ?1)`
 		args = append(args, before)
 	}
 	rows, err := t.d.query(q+` ORDER BY seq DESC LIMIT ?`, append(args, limit)...)

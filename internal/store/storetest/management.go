@@ -729,6 +729,32 @@ func testAuditPaging(e *env) {
 		}
 		return err
 	})
+	// before names an entry of another listing (another workspace, or the
+	// global entries): an empty page, as for an unknown id, never the
+	// entries older than it.
+	other := auditEntry(e.workspace(), "other", T0)
+	global := auditEntry("", "user.create", T0)
+	newer := auditEntry(ws, "newest", T0)
+	e.update(func(tx bus.Tx) error {
+		for _, a := range []bus.AuditEntry{other, global, newer} {
+			if err := tx.AuditInsert(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	e.view(func(tx bus.Tx) error {
+		for _, c := range []struct{ list, before string }{{ws, other.ID}, {ws, global.ID}, {"", newer.ID}, {"", other.ID}} {
+			es, err := tx.AuditList(c.list, 100, c.before)
+			if err != nil {
+				return err
+			}
+			if len(es) != 0 {
+				e.t.Errorf("AuditList(%q, before an entry of another listing) = %d entries, want 0", c.list, len(es))
+			}
+		}
+		return nil
+	})
 }
 
 func testSigningKeys(e *env) {

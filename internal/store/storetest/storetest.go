@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"DeadLetters", deadLetterTests},
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
+		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},
 		{"Concurrency", concurrencyTests},
@@ -320,9 +321,17 @@ func (e *env) stats(q string, now time.Time) bus.QueueStats {
 func (e *env) wantStats(q string, now time.Time, want bus.QueueStats) {
 	e.t.Helper()
 	got := e.stats(q, now)
-	if got.Ready != want.Ready || got.InFlight != want.InFlight || got.Delayed != want.Delayed || got.DeadLetters != want.DeadLetters ||
-		!approx(got.OldestReadyAgeSeconds, want.OldestReadyAgeSeconds) {
+	if !statsEqual(got, want) {
 		e.t.Errorf("QueueStats(%s):\n got  %+v\n want %+v", now.Sub(T0), got, want)
+	}
+	// The counts of a page of connections come from QueueStatsMany: it
+	// must count alike.
+	many, err := e.s.QueueStatsMany(e.ctx, []string{q}, now)
+	if err != nil {
+		e.t.Fatalf("QueueStatsMany: %v", err)
+	}
+	if !statsEqual(many[q], want) {
+		e.t.Errorf("QueueStatsMany(%s):\n got  %+v\n want %+v", now.Sub(T0), many[q], want)
 	}
 }
 

@@ -330,8 +330,12 @@ func paths() obj {
 					conflict: "Decision: the user is the workspace's last owner."}),
 		),
 		"/v1/manage/workspaces/{t}/connections", o(
-			"get", mop("listConnections", "List connections", "viewer", "Oldest first.",
-				[]obj{paramRef("tenant"), param("kind", "query", false, enum("", "consumer", "producer"), "Only connections of this kind.")}, nil,
+			"get", mop("listConnections", "List connections", "viewer",
+				"Oldest first, a page at a time. Decision: `limit` defaults to 100, the most a page holds, so a workspace of up to "+
+					"100 connections is listed whole; `cursor` stays valid when the connection it follows is removed.",
+				[]obj{paramRef("tenant"), param("kind", "query", false, enum("", "consumer", "producer"), "Only connections of this kind."),
+					param("limit", "query", false, integer(1, 100, "").with("default", 100), "Decision: page size, 1 to 100, default 100."),
+					paramRef("cursor")}, nil,
 				200, resp("The connections.", ref("ConnectionList"), nil), mopt{notFound: wsNotFound}),
 			"post", mop("createConnection", "Create a connection", "admin",
 				"Creates a `consumer` (with its queue) or a `producer` connection; no secret yet (see `/secret`).",
@@ -394,6 +398,12 @@ func paths() obj {
 		"/v1/manage/workspaces/{t}/audit", o("get", mop("listAudit", "Read the audit log", "admin", "Newest first.",
 			[]obj{paramRef("tenant"), paramRef("limit"), paramRef("cursor")}, nil,
 			200, resp("A page of audit entries.", ref("AuditList"), nil), mopt{forbid: true, notFound: wsNotFound})),
+		"/v1/manage/audit", o("get", mop("listGlobalAudit", "Read the audit entries of users and API keys", "operator",
+			"Decision: the changes that belong to no workspace (`user.create` and `key.create`; the first operator's creation has "+
+				"the actor `system`), newest first, paged like a workspace's audit log. Anyone but an operator gets 403 "+
+				"`manage.forbidden`.",
+			[]obj{paramRef("limit"), paramRef("cursor")}, nil,
+			200, resp("A page of audit entries.", ref("AuditList"), nil), mopt{forbid: true})),
 
 		// ---- operations ----
 		"/healthz", o("get", op("healthz", "operations", "Liveness", "The process is up.", secNone, nil, nil,
@@ -409,7 +419,9 @@ func paths() obj {
 				"text/plain", o("schema", o("type", "string")),
 				"application/openmetrics-text", o("schema", o("type", "string")),
 			)), "500", internalErr))),
-		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document", "", secNone, nil, nil,
+		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document",
+			"Decision: as served, `servers` holds one server, the node's public URL (`--public-url`, by default `http://` and the "+
+				"listen address), from which every path here starts.", secNone, nil, nil,
 			o("200", resp("The OpenAPI document.", o("type", "object", "required", []string{"openapi", "paths"}), nil), "500", internalErr))),
 	)
 }

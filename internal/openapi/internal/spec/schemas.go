@@ -275,9 +275,14 @@ func schemas() obj {
 		"MemberPutRequest", closed("", []string{"role"}, o("role", ref("Role"))),
 		"Subscription", closed("Routes messages whose topic matches `topic` (and, when `producers` is given, that come from one of them). "+
 			"Patterns match dot-separated segments: `*` exactly one segment, a final `>` one or more; other segments are "+
-			"`[a-z0-9_-]+`. Any other pattern is 400 `manage.bad_request`.", []string{"topic"}, o(
+			"`[a-z0-9_-]+`. Any other pattern is 400 `manage.bad_request`. Decision: so is a pattern that no topic can match, "+
+			"with a message saying why: every topic is `som.` followed by a message type of one or more segments and at most "+
+			"128 characters, so the first segment must be `som`, `*` or `>`, a second segment must follow (but after a lone "+
+			"`>`), and the shortest match (`*` and `>` standing for one character) must fit in 132 characters.", []string{"topic"}, o(
 			"topic", pattern(patternRE, "").with("maxLength", 256),
-			"producers", o("type", "array", "minItems", 1, "maxItems", 100, "uniqueItems", true, "items", id("c", "")),
+			"producers", o("type", "array", "minItems", 1, "maxItems", 100, "uniqueItems", true, "items", id("c",
+				"Decision: each id must be a producer connection of the workspace (a revoked one too); any other id is 400 "+
+					"`manage.bad_request`, since the filter could never accept a message.")),
 		)),
 		"Subscriptions", array(ref("Subscription"), "Decision: at most 100 per connection. Only consumer connections have "+
 			"subscriptions: a producer's list is always empty and giving it a non-empty one is 400 `manage.bad_request`. "+
@@ -301,7 +306,12 @@ func schemas() obj {
 			"description", "Decision: the queue counts are top-level fields, present exactly on consumer connections.",
 			"oneOf", []obj{ref("ConsumerConnection"), ref("ProducerConnection")},
 		),
-		"ConnectionList", closed("Oldest first.", []string{"connections"}, o("connections", array(ref("Connection"), ""))),
+		"ConnectionList", closed("Decision: oldest first, one page at a time: `next_cursor` is passed as `cursor` for the next "+
+			"page and is null on the last page. The queue counts of a page's consumers are read together, in one snapshot.",
+			[]string{"connections", "next_cursor"}, o(
+				"connections", array(ref("Connection"), "").with("maxItems", 100),
+				"next_cursor", cursor(),
+			)),
 		"ConnectionCreateRequest", closed("", []string{"kind", "name"}, o(
 			"kind", enum("", "consumer", "producer"),
 			"name", strLen(1, 128, "Decision: 1 to 128 characters; names need not be unique."),
@@ -363,7 +373,7 @@ func schemas() obj {
 		"AuditEntry", closed("One recorded change. No secret ever appears in it.", []string{"id", "at", "actor", "action", "target", "details"}, o(
 			"id", str(""),
 			"at", timeField(""),
-			"actor", str("The user id of whoever made the change."),
+			"actor", str("The user id of whoever made the change; `system` for the first operator, made by the server itself."),
 			"action", pattern(`^[a-z_]+(\.[a-z_]+)+$`, "A dotted name: `workspace.create`, `user.create`, `key.create`, `member.set`, "+
 				"`member.remove`, `connection.create`, `connection.update`, `connection.revoke`, `connection.restore`, `connection.remove`, "+
 				"`secret.issue`, `secret.rotate`, `secret.stop_previous`, `secret.revoke`, `dead_letters.redrive`, `queue.purge`, `skills.update`."),

@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// queueStatsQuery counts the queues of $1 in one statement (one snapshot).
+// In flight and delayed are the stories whose head is out (visible_at after
+// $2); every other message of the queue is ready. Only ids of connections
+// are counted.
+const queueStatsQuery = `SELECT c.id,
+	(SELECT count(*) FROM messages WHERE queue_id = c.id),
+	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND NOT delayed),
+	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND delayed),
+	(SELECT count(*) FROM dead_letters WHERE queue_id = c.id),
+	(SELECT min(m.enqueued_at) FROM messages m JOIN stories s ON s.id = m.story_id
+		WHERE m.queue_id = c.id AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))
+	FROM connections c WHERE c.id = ANY($1::text[])`
+
+// queueStats counts the queues of ids that exist, in one statement.
+func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (map[string]bus.QueueStats, error) {
+	out := make(map[string]bus.QueueStats, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	n := ms(now)
+	rows, err := tx.Query(ctx, queueStatsQuery, ids, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var st bus.QueueStats
+		var total int64
+		var oldest *int64
+		if err := rows.Scan(&id, &total, &st.InFlight, &st.Delayed, &st.DeadLetters, &oldest); err != nil {
+			return nil, err
+		}
+		st.Ready = max(total-st.InFlight-st.Delayed, 0)
+		if oldest != nil && *oldest < n {
+			st.OldestReadyAgeSeconds = float64(n-*oldest) / 1000
+		}
+		out[id] = st
+	}
+	return out, rows.Err()
+}
+
+// QueueStatsMany counts several queues in one statement; ids that are no
+// queue are left out.
+func (s *Store) QueueStatsMany(ctx context.Context, queueIDs []string, now time.Time) (map[string]bus.QueueStats, error) {
+	var out map[string]bus.QueueStats
+	err := s.run(ctx, true, func(tx pgx.Tx) error {
+		var err error
+		out, err = queueStats(ctx, tx, queueIDs, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue stats: %w", err)
+	}
+	return out, nil
+}
+
+// seqScanner reads a leading ord into seq, then the columns scanConnection
+// reads.
+type seqScanner struct {
+	row pgx.Row
+	seq *int64
+}
+
+func (s seqScanner) Scan(dest ...any) error { return s.row.Scan(append([]any{s.seq}, dest...)...) }
+
+// ConnectionPage lists one page of a workspace's connections by creation
+// time, then ord (insertion order), as ConnectionList does, reading one row
+// past the page to learn whether more follow.
+func (t *mgmtTx) ConnectionPage(p bus.ConnectionPageParams) (bus.ConnectionPageResult, error) {
+	after, seq := int64(-1<<63), int64(-1)
+	if p.After != nil {
+		after, seq = ms(p.After.CreatedAt), p.After.Seq
+	}
+	rows, err := t.tx.Query(t.ctx, `SELECT ord, `+connCols+` FROM connections
+		WHERE workspace_id = $1 AND ($2 = '' OR kind = $2) AND (created_at, ord) > ($3, $4)
+		ORDER BY created_at, ord LIMIT $5`, p.WorkspaceID, string(p.Kind), after, seq, p.Limit+1)
+	if err != nil {
+		return bus.ConnectionPageResult{}, interpretError(err)
+	}
+	var seqs []int64
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.Connection, error) {
+		var seq int64
+		c, err := scanConnection(seqScanner{r, &seq})
+		seqs = append(seqs, seq)
+		return c, err
+	})
+	if err != nil {
+		return bus.ConnectionPageResult{}, interpretError(err)
+	}
+	out := bus.ConnectionPageResult{Connections: cs}
+	if len(cs) > p.Limit {
+		last := cs[p.Limit-1]
+		out.Connections = cs[:p.Limit]
+		out.Next = &bus.ConnectionPosition{CreatedAt: last.CreatedAt, Seq: seqs[p.Limit-1]}
+	}
+	return out, nil
+}
