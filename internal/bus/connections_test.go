@@ -10,6 +10,7 @@ import (
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 	"github.com/sombus/sombus/internal/store/sqlite"
 	"github.com/sombus/sombus/internal/store/storetest"
 )
@@ -47,7 +48,14 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		"postgres": func(t *testing.T) bus.Store { return postgres.OpenTest(t) },
+		"postgres": func(t *testing.T) bus.Store {
+			s, err := postgres.Open(t.Context(), pgtest.URL(t), pgtest.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

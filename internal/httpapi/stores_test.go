@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/sombus/sombus/internal/server/servertest"
-	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // forEachStore runs fn against a node on a fresh SQLite file and one on a
@@ -17,6 +17,6 @@ func forEachStore(t *testing.T, fn func(t *testing.T, n *node)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		fn(t, startWith(t, servertest.Options{Store: postgres.TestURL(t)}))
+		fn(t, startWith(t, servertest.Options{Store: pgtest.URL(t)}))
 	})
 }
