@@ -1,0 +1,5 @@
+//go:build !race
+
+package strictjson
+
+const raceEnabled = false
