@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Rule names of the bus's refusals (API.md and the pull API). An *Error
+// Rule names of the bus's refusals (the HTTP contract and the pull API). An *Error
 // carries one or more violations, each with one of these rules.
 const (
 	RuleRouteNotFound         = "route.not_found"

@@ -32,7 +32,7 @@ func TestServeFlagsFromEnvironment(t *testing.T) {
 			t.Errorf("--%s = %q, want %q", name, got, v)
 		}
 	}
-	// Every flag of API.md §9 exists.
+	// Every documented serve flag exists.
 	for _, name := range []string{"listen", "store", "environment", "public-url", "tls-cert", "tls-key", "bootstrap-key"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)

@@ -12,7 +12,7 @@ import (
 
 // DefaultCheckTTL is how long the Checker trusts what it read about a
 // connection. With 10 s, a change made on another node (a revoke, a
-// rotation) reaches this node's checks well within API.md's 30 seconds.
+// rotation) reaches this node's checks well within the 30 seconds the contract allows.
 const DefaultCheckTTL = 10 * time.Second
 
 // maxCachedConnections bounds the Checker's cache.

@@ -9,7 +9,7 @@ import (
 	"github.com/sombus/sombus/internal/edge"
 )
 
-// Failure limits of the token service (API.md §2).
+// Failure limits of the token service (the token endpoint's documented limits).
 const (
 	FailureWindow         = time.Minute
 	FailuresPerClient     = 20
@@ -52,7 +52,7 @@ type MemoryFailureLimiter struct {
 	lastSweep time.Time
 }
 
-// NewMemoryFailureLimiter returns a limiter with API.md's limits: 20
+// NewMemoryFailureLimiter returns a limiter with the token endpoint's documented limits: 20
 // failures a minute per client id, 100 per remote address.
 func NewMemoryFailureLimiter(clock bus.Clock) *MemoryFailureLimiter {
 	return &MemoryFailureLimiter{
