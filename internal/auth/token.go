@@ -26,7 +26,7 @@ import (
 
 // Token lifetimes and tolerances.
 const (
-	// TokenLifetime is how long an access token is valid: one hour (API.md §2).
+	// TokenLifetime is how long an access token is valid: one hour (the HTTP contract).
 	TokenLifetime = time.Hour
 	// TokenLeeway is the clock skew Verify tolerates between the node that
 	// issued a token and the node that checks it: a token is still accepted
@@ -44,7 +44,7 @@ const (
 // AlgES256 is the one signing algorithm: ECDSA P-256 with SHA-256.
 const AlgES256 = string(jose.ES256)
 
-// Claims are the claims of a sombus access token (API.md §2).
+// Claims are the claims of a sombus access token (the HTTP contract).
 type Claims struct {
 	Issuer            string             // iss: this server
 	Audience          string             // aud: the server's environment

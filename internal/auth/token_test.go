@@ -48,7 +48,7 @@ func TestIssueVerifyRoundTrip(t *testing.T) {
 		t.Fatalf("claims = %+v", got)
 	}
 
-	// The raw claims are the ones API.md names.
+	// The raw claims are the ones the HTTP contract names.
 	var raw map[string]any
 	payload, _ := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
 	if err := json.Unmarshal(payload, &raw); err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Rule names of refusals, as fixed by API.md and the seed.
+// Rule names of refusals, as fixed by the HTTP contract and the pull API specification.
 const (
 	RuleRouteNotFound         = "route.not_found"
 	RuleMethodNotAllowed      = "route.method_not_allowed"

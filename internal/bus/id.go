@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Id prefixes, as API.md fixes them (audit entries, keys and dead-letter
+// Id prefixes, as the HTTP contract fixes them (audit entries, keys and dead-letter
 // cursors use their own).
 const (
 	PrefixWorkspace  = "w"
@@ -19,7 +19,7 @@ const (
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // NewID returns prefix followed by 128 random bits in lowercase base32
-// (26 characters), more than the 96 bits API.md asks for.
+// (26 characters), more than the 96 bits the HTTP contract asks for.
 func NewID(prefix string) string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {

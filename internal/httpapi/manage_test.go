@@ -22,7 +22,7 @@ func below(r bus.Role) bus.Role {
 	return roles[i-1]
 }
 
-// TestManageRoles runs every workspace route of API.md §6 with the role it
+// TestManageRoles runs every workspace route of the HTTP contract with the role it
 // needs (success), the role just below (403 manage.forbidden, or 404 for a
 // non-member), no key, a bad key, a non-member, and another workspace's ids;
 // no refused call writes anything.

@@ -13,7 +13,7 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// TestPullRefusals: the seed's 401/403 rules on every pull route, and on
+// TestPullRefusals: the pull API's 401/403 rules on every pull route, and on
 // publish.
 func TestPullRefusals(t *testing.T) {
 	t.Parallel()

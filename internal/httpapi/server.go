@@ -17,7 +17,7 @@ import (
 	"github.com/sombus/sombus/internal/openapi"
 )
 
-// Body limits per route (API.md §1).
+// Body limits per route (the HTTP contract).
 const (
 	limitSettle  = 64 << 10
 	limitPublish = 256 << 10

@@ -169,7 +169,7 @@ func TestTokenFailureLimits(t *testing.T) {
 }
 
 // TestJWKSVerifiesToken: the key set verifies a token, whose claims are
-// API.md §2's.
+// the HTTP contract's.
 func TestJWKSVerifiesToken(t *testing.T) {
 	t.Parallel()
 	n := start(t)

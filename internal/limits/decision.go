@@ -20,7 +20,7 @@ func (d Decision) SetHeaders(h http.Header) {
 		h.Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("RateLimit-Reset", strconv.FormatInt(d.Reset, 10))
 	} else {
-		// A tier without limits still answers with the headers API.md asks
+		// A tier without limits still answers with the headers the HTTP contract asks
 		// for on every answer of a limited route: a limit that is never
 		// reached, all of it remaining, nothing to wait for.
 		h.Set("RateLimit-Limit", unlimitedHeader)

@@ -19,7 +19,7 @@ import (
 	"github.com/sombus/sombus/internal/openapi/openapitest"
 )
 
-// apiRoutes is every route of API.md (and the pull seed), copied from it,
+// apiRoutes is every route of the HTTP contract (and the pull seed), copied from it,
 // plus the usage route the brief adds. The document must hold exactly these.
 var apiRoutes = []string{
 	// 2. Token service
@@ -28,7 +28,7 @@ var apiRoutes = []string{
 	// 3. Publishing
 	"POST /v1/tenants/{t}/messages",
 	"POST /v1/tenants/{t}/messages/batch",
-	// 5. Pulling (and the seed)
+	// 5. Pulling (and the pull API specification)
 	"GET /v1/tenants/{t}/consumers/{c}/messages",
 	"POST /v1/tenants/{t}/consumers/{c}/ack",
 	"POST /v1/tenants/{t}/consumers/{c}/nack",
@@ -136,7 +136,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 	}
 	for r := range have {
 		if !want[r] {
-			t.Errorf("the document has %s, which is not in API.md's list", r)
+			t.Errorf("the document has %s, which is not in the HTTP contract's list", r)
 		}
 	}
 }

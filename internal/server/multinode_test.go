@@ -3,7 +3,7 @@ package server_test
 // Two sombus server processes on one PostgreSQL schema behave as one bus:
 // a publish on one wakes a long poll on the other, story order holds across
 // receivers on both, the rate limit is one bucket, and a revocation on one
-// reaches the other within the 30 seconds of API.md.
+// reaches the other within the 30 seconds of the HTTP contract.
 //
 // The nodes are real processes of the sombus binary (built once, in
 // TestMain), so nothing in the test shares memory with them: whatever they

@@ -27,7 +27,7 @@ import (
 	"github.com/sombus/sombus/internal/store"
 )
 
-// Config is everything a node needs; see API.md §9 for the flags.
+// Config is everything a node needs; see the HTTP contract for the flags.
 type Config struct {
 	Listen       string // address to serve on
 	Store        string // sqlite:PATH or postgres://…
@@ -245,7 +245,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// shared by every node; on SQLite (one node) they are kept in process.
 	// Signing keys and the handle MAC key are in the store either way;
 	// credential changes made on another node reach this one's checks when
-	// the Checker's cache entry expires (CheckTTL, 10 s), within API.md's
+	// the Checker's cache entry expires (CheckTTL, 10 s), within the HTTP contract's
 	// 30 seconds.
 	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
 	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)

@@ -4,7 +4,7 @@
 // Correctness never rests on a process-local lock: every rule is held by
 // transactions (READ COMMITTED) and row locks, so any number of processes
 // may use one database at once. The story row (queue_id, story_key) is the
-// lock of a story (see shared/QUEUE-DESIGN.md):
+// lock of a story:
 //
 //   - publish upserts the story row first (tail_seq += n) and then inserts
 //     the messages, so sequences follow commit order;

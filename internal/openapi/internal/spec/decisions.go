@@ -1,9 +1,9 @@
 package spec
 
 // infoDescription is the document's top-level description: the conventions of
-// API.md and the decisions it leaves open. Each decision is repeated where it
+// the HTTP contract and the decisions it leaves open. Each decision is repeated where it
 // applies, in the description of the schema, parameter or response.
-const infoDescription = `The HTTP contract of sombus. The consumer pull API follows the HTTPS pull API seed; the rest follows API.md.
+const infoDescription = `The HTTP contract of sombus. The consumer pull API follows the HTTPS pull API specification; the rest follows the sombus HTTP contract.
 
 ## Conventions
 
@@ -17,7 +17,7 @@ const infoDescription = `The HTTP contract of sombus. The consumer pull API foll
 - Unknown routes answer 404 ` + "`route.not_found`" + `; a wrong method 405 ` + "`route.method_not_allowed`" + ` (components/responses RouteNotFound and MethodNotAllowed).
 - The portal is served under ` + "`/portal/`" + ` (HTML, not part of this API).
 
-## Decisions not fixed by API.md
+## Decisions not fixed by the HTTP contract
 
 1. **Duplicate publish**: the same ` + "`message_id`" + ` from the same producer within 5 minutes answers 202 like the original, with the original's ` + "`deliveries`" + ` and ` + "`duplicate: true`" + `; ` + "`duplicate`" + ` is absent on a first acceptance.
 2. **Connection ` + "`secret`" + `**: ` + "`{\"state\": \"none\"|\"active\"|\"revoked\", \"issued_at\": time|null, \"previous_expires_at\": time|null}`" + `.
@@ -35,7 +35,7 @@ const infoDescription = `The HTTP contract of sombus. The consumer pull API foll
 14. **Redrive** answers 200 ` + "`{redriven}`" + `; ` + "`message_ids`" + ` (1 to 100, optional) not in the dead-letter queue are skipped. **Purge** answers 200 ` + "`{purged}`" + `.
 15. **Skills**: ` + "`PUT`" + ` takes ` + "`{registrations: [{instance_id, skill, name, values (object), authority_scale 0..100}]}`" + ` (at most 100, unique ` + "`instance_id`" + `) and answers 200 ` + "`{registrations, updated_at}`" + `; before any put, ` + "`registrations`" + ` is empty and ` + "`updated_at`" + ` is the connection's creation time (always a time, never null).
 16. **Usage**: ` + "`GET .../connections/{c}/usage`" + ` answers ` + "`{connection_id, tier, day, requests_today, daily_quota, remaining, resets_at}`" + ` for the current UTC day (` + "`daily_quota`" + ` and ` + "`remaining`" + ` are null on a tier without a daily quota).
-17. **Pull answers**: receive ` + "`{messages: [...]}`" + ` with exactly the seed's fields; ack ` + "`{acked: [], failed: [{receipt_handle, code, message}]}`" + `; nack ` + "`{nacked: [], failed: [...]}`" + `; 200 even when every handle fails. The pull routes refuse any query parameter they do not define (400 ` + "`pull.bad_request`" + `).
+17. **Pull answers**: receive ` + "`{messages: [...]}`" + ` with exactly the fields the pull API specification names; ack ` + "`{acked: [], failed: [{receipt_handle, code, message}]}`" + `; nack ` + "`{nacked: [], failed: [...]}`" + `; 200 even when every handle fails. The pull routes refuse any query parameter they do not define (400 ` + "`pull.bad_request`" + `).
 18. **Batch publish** answers 200 ` + "`{results: [...]}`" + `, each a publish answer or ` + "`{accepted: false, violations}`" + `. A body that is not ` + "`{messages: [1 to 100 items]}`" + ` is 400 ` + "`envelope.malformed`" + `, over 1 MiB 413 ` + "`envelope.too_large`" + `; an item over 256 KiB gets its own ` + "`envelope.too_large`" + ` result.
 19. **Envelope checks**: ` + "`message_id`" + ` and ` + "`correlation_id`" + ` are 1 to 128 characters from space to ` + "`~`" + `; ` + "`som_version`" + ` has no leading zeros. The envelope is the one request body that keeps unknown members: it is the producer's SOM document, kept and delivered byte for byte, and later SOM 1.x minor versions may add members; only the five are checked.
 20. **Token endpoint**: ` + "`{access_token, token_type, expires_in}`" + ` with ` + "`Cache-Control: no-store`" + `; errors are RFC 6749 bodies with an optional ` + "`error_description`" + `: 429 ` + "`slow_down`" + `, 503 ` + "`temporarily_unavailable`" + `, 500 ` + "`server_error`" + `, and a body over 64 KiB 413 ` + "`invalid_request`" + `. Unrecognized parameters are ignored. A wrong method on its path is the usual 405 Refusal.

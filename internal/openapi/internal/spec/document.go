@@ -1,6 +1,6 @@
 package spec
 
-// The document: info (with the decisions API.md leaves open), paths and
+// The document: info (with the decisions the HTTP contract leaves open), paths and
 // components.
 
 func document() obj {

@@ -3,7 +3,7 @@ package spec
 // Schema helpers and the components/schemas section.
 
 const (
-	// timePattern: RFC 3339 UTC with exactly three fraction digits, as API.md
+	// timePattern: RFC 3339 UTC with exactly three fraction digits, as the HTTP contract
 	// fixes ("2026-09-25T10:15:02.114Z"). Go's default time encoding trims
 	// trailing zeros; the pattern catches that.
 	timePattern   = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$`
@@ -177,7 +177,7 @@ func schemas() obj {
 			)),
 
 		// Pulling.
-		"ReceivedMessage", closed("A delivered message: exactly the seed's fields.", []string{
+		"ReceivedMessage", closed("A delivered message: exactly the pull API's fields.", []string{
 			"receipt_handle", "message_type", "correlation_id", "topic", "producer_id", "receive_count", "enqueued_at", "envelope",
 		}, o(
 			"receipt_handle", strLen(1, 1024, "Opaque and unforgeable; acknowledges or releases this delivery, and only this one."),
