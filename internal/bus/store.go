@@ -36,6 +36,10 @@ type Store interface {
 	// snapshot), as QueueStats counts one; a queue that does not exist is
 	// left out of the map.
 	QueueStatsMany(ctx context.Context, queueIDs []string, now time.Time) (map[string]QueueStats, error)
+	// QueueGauges counts every consumer queue of the store, as QueueStats
+	// counts one, in one statement (one snapshot), ordered by workspace id
+	// then connection id: what a metrics scrape reads.
+	QueueGauges(ctx context.Context, now time.Time) ([]QueueGauge, error)
 	// QueuePurge drops every message of a queue (not its dead letters) and
 	// writes p.Audit in the same transaction.
 	QueuePurge(ctx context.Context, p *PurgeParams) (int, error)

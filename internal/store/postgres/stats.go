@@ -10,18 +10,36 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// queueStatsQuery counts the queues of $1 in one statement (one snapshot).
-// In flight and delayed are the stories whose head is out (visible_at after
-// $2); every other message of the queue is ready. Only ids of connections
-// are counted.
-const queueStatsQuery = `SELECT c.id,
-	(SELECT count(*) FROM messages WHERE queue_id = c.id),
+// queueCountCols count the queue c.id at $2 (now): in flight and delayed
+// are the stories whose head is out (visible_at after $2); every other
+// message of the queue is ready. scanCounts reads them.
+const queueCountCols = `(SELECT count(*) FROM messages WHERE queue_id = c.id),
 	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND NOT delayed),
 	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND delayed),
 	(SELECT count(*) FROM dead_letters WHERE queue_id = c.id),
 	(SELECT min(m.enqueued_at) FROM messages m JOIN stories s ON s.id = m.story_id
-		WHERE m.queue_id = c.id AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))
+		WHERE m.queue_id = c.id AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))`
+
+// queueStatsQuery counts the queues of $1 in one statement (one snapshot).
+// Only ids of connections are counted.
+const queueStatsQuery = `SELECT c.id, ` + queueCountCols + `
 	FROM connections c WHERE c.id = ANY($1::text[])`
+
+// scanCounts reads the columns lead, then queueCountCols, of one row at
+// now (milliseconds).
+func scanCounts(rows pgx.Rows, n int64, lead ...any) (bus.QueueStats, error) {
+	var st bus.QueueStats
+	var total int64
+	var oldest *int64
+	if err := rows.Scan(append(lead, &total, &st.InFlight, &st.Delayed, &st.DeadLetters, &oldest)...); err != nil {
+		return st, err
+	}
+	st.Ready = max(total-st.InFlight-st.Delayed, 0)
+	if oldest != nil && *oldest < n {
+		st.OldestReadyAgeSeconds = float64(n-*oldest) / 1000
+	}
+	return st, nil
+}
 
 // queueStats counts the queues of ids that exist, in one statement.
 func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (map[string]bus.QueueStats, error) {
@@ -37,15 +55,9 @@ func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (ma
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var st bus.QueueStats
-		var total int64
-		var oldest *int64
-		if err := rows.Scan(&id, &total, &st.InFlight, &st.Delayed, &st.DeadLetters, &oldest); err != nil {
+		st, err := scanCounts(rows, n, &id)
+		if err != nil {
 			return nil, err
-		}
-		st.Ready = max(total-st.InFlight-st.Delayed, 0)
-		if oldest != nil && *oldest < n {
-			st.OldestReadyAgeSeconds = float64(n-*oldest) / 1000
 		}
 		out[id] = st
 	}

@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"DeadLetters", deadLetterTests},
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
+		{"Gauges", gaugeTests},
 		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},
@@ -332,6 +333,10 @@ func (e *env) wantStats(q string, now time.Time, want bus.QueueStats) {
 	}
 	if !statsEqual(many[q], want) {
 		e.t.Errorf("QueueStatsMany(%s):\n got  %+v\n want %+v", now.Sub(T0), many[q], want)
+	}
+	// The metrics scrape reads QueueGauges: it must count alike too.
+	if g, ok := e.gauges(now)[q]; !ok || !statsEqual(g, want) {
+		e.t.Errorf("QueueGauges(%s)[%s]:\n got  %+v (found %v)\n want %+v", now.Sub(T0), q, g, ok, want)
 	}
 }
 
