@@ -41,6 +41,7 @@ func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, e
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
+	s.metrics.Published(len(outs))
 	placed := map[string]int{} // queue -> messages placed in it
 	for j, o := range outs {
 		n := o.Deliveries
@@ -94,6 +95,7 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
 		}
 		if len(res.Deliveries) > 0 {
+			s.metrics.Delivered(len(res.Deliveries))
 			// A wake that reached us while we were claiming, or a full batch
 			// (more may be ready), is passed on to the next waiter.
 			if cancel() || len(res.Deliveries) == r.Max {
@@ -124,19 +126,23 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			}
 		}
 		t := time.NewTimer(wait)
+		s.metrics.LongPollWaiting(1)
 		select {
 		case <-woken:
 		case <-t.C:
 			cancel() // look again either way
 		case <-ctx.Done():
+			s.metrics.LongPollWaiting(-1)
 			t.Stop()
 			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		case <-s.stopping:
+			s.metrics.LongPollWaiting(-1)
 			t.Stop()
 			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		}
+		s.metrics.LongPollWaiting(-1)
 		t.Stop()
 	}
 }
@@ -168,12 +174,16 @@ func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
 		s.log.Error("release undelivered messages", "queue_id", queueID, "err", err)
 		return
 	}
-	n := 0
+	n, released := 0, 0
 	for _, r := range res {
 		if r.Woken {
 			n++
 		}
+		if r.OK {
+			released++
+		}
 	}
+	s.metrics.Released(released)
 	s.notifier.Notify(queueID, n)
 }
 
@@ -213,7 +223,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			s.log.ErrorContext(ctx, "settle", "queue_id", queueID, "err", err)
 			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
 		}
-		woke := 0
+		woke, settled := 0, 0
 		for j, r := range res {
 			i := idx[j]
 			out[i].OK = r.OK
@@ -226,9 +236,17 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 					out[i].Message = "The receipt handle is not from this message's latest delivery."
 				}
 			}
+			if r.OK {
+				settled++
+			}
 			if r.Woken {
 				woke++
 			}
+		}
+		if nack {
+			s.metrics.Released(settled)
+		} else {
+			s.metrics.Acked(settled)
 		}
 		s.notifier.Notify(queueID, woke)
 	}
@@ -402,6 +420,7 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 	if err != nil {
 		return 0, fmt.Errorf("redrive: %w", err)
 	}
+	s.metrics.Redriven(n)
 	s.notifier.Notify(id, n)
 	return n, nil
 }

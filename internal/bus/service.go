@@ -39,6 +39,9 @@ type Config struct {
 	Tiers TierInfo
 	// PublicURL is the base URL shown with new secrets (no trailing slash).
 	PublicURL string
+	// Metrics receives the bus's counts and store timings; nil counts
+	// nothing.
+	Metrics Metrics
 	// OnConnectionChange is called after a committed change to a
 	// connection's status or credentials (the node's token checks drop their
 	// cached state at once).
@@ -67,6 +70,7 @@ type Service struct {
 	clock    Clock
 	log      *slog.Logger
 	notifier *Notifier
+	metrics  Metrics
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server stops: long polls answer empty
@@ -100,9 +104,16 @@ func NewService(cfg Config) *Service {
 	if cfg.PollFallback == 0 {
 		cfg.PollFallback = time.Second
 	}
+	store := cfg.Store
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	} else {
+		store = timedStore{Store: store, m: cfg.Metrics}
+	}
 	return &Service{
 		cfg:      cfg,
-		store:    cfg.Store,
+		metrics:  cfg.Metrics,
+		store:    store,
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		notifier: NewNotifier(),
@@ -111,7 +122,7 @@ func NewService(cfg Config) *Service {
 }
 
 // Store returns the service's store.
-func (s *Service) Store() Store { return s.store }
+func (s *Service) Store() Store { return s.cfg.Store }
 
 // Clock returns the service's clock.
 func (s *Service) Clock() Clock { return s.clock }
@@ -158,6 +169,7 @@ func (s *Service) Maintain(ctx context.Context) (*MaintainResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.DeadLettered(res.DeadLettered)
 	for _, q := range res.Woken {
 		s.notifier.NotifyAll(q) // how many became ready is not known here
 	}

@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	tokens   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -23,8 +24,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sombus_http_request_duration_seconds", Help: "HTTP request duration by route pattern (long polls included).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sombus_token_requests_total", Help: `Token requests by result: "issued", or the OAuth error code of the refusal.`,
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
+	reg.MustRegister(m.requests, m.duration, m.tokens)
 	return m
 }
 

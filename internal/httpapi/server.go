@@ -40,6 +40,9 @@ type Config struct {
 	Tiers    limits.Tiers
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil: a fresh one
+	// NoMetricsRoute leaves GET /metrics out of the API (404 route.not_found):
+	// the node serves MetricsHandler on a listener of its own instead.
+	NoMetricsRoute bool
 	// PublicURL is the node's --public-url, named as the server of the
 	// OpenAPI document it serves.
 	PublicURL string
@@ -93,7 +96,9 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
 	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	if !s.cfg.NoMetricsRoute {
+		s.mux.Handle("GET /metrics", s.MetricsHandler())
+	}
 	s.mux.Handle("GET /v1/openapi.json", openapi.Handler(s.cfg.PublicURL))
 
 	s.handle("POST /v1/oauth/token", s.token)
@@ -107,6 +112,11 @@ func (s *Server) routes() {
 	s.handle("GET /v1/tenants/{t}/consumers/{c}/skills", s.skills)
 
 	s.manageRoutes()
+}
+
+// MetricsHandler serves the registry's series in the Prometheus text format.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 }
 
 // ServeHTTP serves the API; unknown routes and wrong methods get the usual

@@ -33,41 +33,50 @@ func oauthError(w http.ResponseWriter, status int, code, description string, ret
 
 // token is POST /v1/oauth/token: client credentials by HTTP Basic or form
 // fields (RFC 6749 §2.3.1), never both.
+// tokenIssued is the result label of a token request that got a token.
+const tokenIssued = "issued"
+
+// refuseToken writes a token refusal and counts it by its OAuth error code.
+func (s *Server) refuseToken(w http.ResponseWriter, status int, code, description string, retryAfter time.Duration) {
+	s.metrics.tokens.WithLabelValues(code).Inc()
+	oauthError(w, status, code, description, retryAfter)
+}
+
 func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/x-www-form-urlencoded" {
-		oauthError(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
+		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
 		return nil
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limitToken)
 	if err := r.ParseForm(); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			oauthError(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
+			s.refuseToken(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
 			return nil
 		}
 		var slow *edge.BodyTimeoutError
 		if errors.As(err, &slow) {
-			oauthError(w, http.StatusBadRequest, "invalid_request", "The form body did not arrive within "+slow.Timeout.String()+".", 0)
+			s.refuseToken(w, http.StatusBadRequest, "invalid_request", "The form body did not arrive within "+slow.Timeout.String()+".", 0)
 			return nil
 		}
-		oauthError(w, http.StatusBadRequest, "invalid_request", "The form body could not be read.", 0)
+		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "The form body could not be read.", 0)
 		return nil
 	}
 	form := r.PostForm
 	for k, v := range form {
 		if len(v) > 1 {
-			oauthError(w, http.StatusBadRequest, "invalid_request", "Parameter "+k+" is repeated.", 0)
+			s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Parameter "+k+" is repeated.", 0)
 			return nil
 		}
 	}
 	gt := form.Get("grant_type")
 	if gt == "" {
-		oauthError(w, http.StatusBadRequest, "invalid_request", "grant_type is required.", 0)
+		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "grant_type is required.", 0)
 		return nil
 	}
 	if gt != "client_credentials" {
-		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "Only grant_type=client_credentials is supported.", 0)
+		s.refuseToken(w, http.StatusBadRequest, "unsupported_grant_type", "Only grant_type=client_credentials is supported.", 0)
 		return nil
 	}
 	id, secret, basic := r.BasicAuth()
@@ -84,12 +93,12 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 	_, formSecret := form["client_secret"]
 	switch {
 	case basic && (formID || formSecret):
-		oauthError(w, http.StatusBadRequest, "invalid_request", "Authenticate with HTTP Basic or with form fields, not both.", 0)
+		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Authenticate with HTTP Basic or with form fields, not both.", 0)
 		return nil
 	case !basic:
 		id, secret = form.Get("client_id"), form.Get("client_secret")
 		if id == "" {
-			oauthError(w, http.StatusUnauthorized, "invalid_client", "Client authentication is required.", 0)
+			s.refuseToken(w, http.StatusUnauthorized, "invalid_client", "Client authentication is required.", 0)
 			return nil
 		}
 	}
@@ -102,9 +111,10 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		if oerr.Err != nil {
 			s.log.ErrorContext(r.Context(), "token exchange", "err", oerr.Err)
 		}
-		oauthError(w, oerr.Status, oerr.Code, "", oerr.RetryAfter)
+		s.refuseToken(w, oerr.Status, oerr.Code, "", oerr.RetryAfter)
 		return nil
 	}
+	s.metrics.tokens.WithLabelValues(tokenIssued).Inc()
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Pragma", "no-cache")
 	writeJSON(w, http.StatusOK, resp)

@@ -24,6 +24,7 @@ import (
 	"github.com/sombus/sombus/internal/edge"
 	"github.com/sombus/sombus/internal/httpapi"
 	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/metrics"
 	"github.com/sombus/sombus/internal/store"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// HeaderTimeout is the longest a request's headers may take to arrive
 	// (0: DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
+	// MetricsListen is --metrics-listen: when set, GET /metrics is served
+	// only on this address, and the API's listener answers it 404.
+	MetricsListen string
 }
 
 // Timeouts of the HTTP edge.
@@ -96,6 +100,9 @@ type Server struct {
 	bgDone chan struct{}
 	// URL is the base URL the node serves on.
 	URL string
+	// MetricsURL is the base URL of --metrics-listen ("" when unset).
+	MetricsURL string
+	metrics    *http.Server
 }
 
 // A store that several nodes may share offers the node, through these
@@ -185,6 +192,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	ln = edge.LimitListener(ln, cfg.MaxConnsPerAddr, proxies, log)
+	mln, err := listenMetrics(ctx, cfg.MetricsListen)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
 	scheme := "http"
 	if cfg.TLSCert != "" {
 		scheme = "https"
@@ -195,11 +207,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 
-	s := &Server{cfg: cfg, ln: ln, log: log, URL: url, serveErr: make(chan error, 1)}
+	s := &Server{cfg: cfg, ln: ln, log: log, URL: url, serveErr: make(chan error, 2)}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = ln.Close()
+			if mln != nil {
+				_ = mln.Close()
+			}
 			if s.store != nil {
 				_ = s.store.Close()
 			}
@@ -232,11 +247,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.checker = auth.NewChecker(s.store, signer, cfg.Clock, cfg.CheckTTL)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.svc = bus.NewService(bus.Config{
 		Store: s.store, Clock: cfg.Clock, Logger: log, Credentials: auth.Credentials{}, Handles: codec,
 		Tiers: tiers.Info, PublicURL: cfg.PublicURL, OnConnectionChange: s.checker.Invalidate,
-		Retention: cfg.Retention,
+		Retention: cfg.Retention, Metrics: metrics.NewBus(reg),
 	})
+	metrics.NewQueues(reg, s.svc.QueueGauges, log)
 	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
@@ -255,12 +273,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if st, ok := s.store.(FailureLimiterStore); ok {
 		failures = st.TokenFailureLimiter(cfg.Clock)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.api = httpapi.New(httpapi.Config{
 		Service: s.svc, Signer: signer, Checker: s.checker,
 		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, failures),
 		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg, PublicURL: cfg.PublicURL,
+		NoMetricsRoute: mln != nil,
 	})
 	s.http = &http.Server{
 		// Client addresses behind trusted proxies, and a deadline for
@@ -273,6 +290,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.svc.Start()
 	s.startKeyReload(signer)
+	if mln != nil {
+		s.serveMetrics(mln)
+	}
 	if cfg.TLSCert != "" {
 		// HTTP/2 is negotiated by ALPN; ServeTLS enables it by default.
 		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
@@ -284,6 +304,35 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", redactStore(cfg.Store), "environment", cfg.Environment)
 	fmt.Fprintf(cfg.Stdout, "sombus is listening on %s\n  API:     %s/v1\n  portal:  %s/portal/\n  OpenAPI: %s/v1/openapi.json\n", url, cfg.PublicURL, cfg.PublicURL, cfg.PublicURL)
 	return s, nil
+}
+
+// listenMetrics opens the --metrics-listen address (nil when unset).
+func listenMetrics(ctx context.Context, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	return ln, nil
+}
+
+// serveMetrics serves GET /metrics alone on ln, in plain HTTP, until Close.
+func (s *Server) serveMetrics(ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.api.MetricsHandler())
+	s.metrics = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.MetricsURL = "http://" + ln.Addr().String()
+	go func() { s.serveErr <- s.metrics.Serve(ln) }()
+	s.log.Info("sombus metrics listening", "url", s.MetricsURL+"/metrics")
 }
 
 // KeyReloadInterval is how often a node re-reads the signing keys from the
@@ -383,6 +432,10 @@ func (s *Server) Close() error {
 	s.svc.BeginShutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
+	if s.metrics != nil {
+		// Scrapes are short: close the metrics listener first, at once.
+		_ = s.metrics.Close()
+	}
 	err := s.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		// What is left after the grace is either a request that would not
