@@ -87,3 +87,22 @@ func TestServeUnopenableStoreExits(t *testing.T) {
 		})
 	}
 }
+
+// --metrics-listen reads SOMBUS_METRICS_LISTEN and is unset by default.
+func TestServeMetricsListenFlag(t *testing.T) {
+	fs := newServeCommand().Flags()
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	f := fs.Lookup("metrics-listen")
+	if f == nil || f.DefValue != "" {
+		t.Fatalf("--metrics-listen: %+v, want a flag with no default", f)
+	}
+	t.Setenv("SOMBUS_METRICS_LISTEN", "127.0.0.1:9090")
+	if err := applyEnv(fs); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Value.String(); got != "127.0.0.1:9090" {
+		t.Errorf("--metrics-listen from SOMBUS_METRICS_LISTEN = %q", got)
+	}
+}
