@@ -414,11 +414,12 @@ func paths() obj {
 				"500", internalErr,
 				"503", refusal("The store cannot be reached.", retryOnly, "store.unavailable"),
 			))),
-		"/metrics", o("get", op("metrics", "operations", "Prometheus metrics", "Prometheus text exposition format.", secNone, nil, nil,
+		"/metrics", o("get", op("metrics", "operations", "Prometheus metrics", "Prometheus text exposition format. "+
+			"Decision 28: a node started with `--metrics-listen` serves the metrics only on that address, and this path answers 404 `route.not_found`.", secNone, nil, nil,
 			o("200", o("description", "The metrics.", "content", o(
 				"text/plain", o("schema", o("type", "string")),
 				"application/openmetrics-text", o("schema", o("type", "string")),
-			)), "500", internalErr))),
+			)), "404", refusal("The node serves its metrics on `--metrics-listen` instead (decision 28).", nil, "route.not_found"), "500", internalErr))),
 		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document",
 			"Decision: as served, `servers` holds one server, the node's public URL (`--public-url`, by default `http://` and the "+
 				"listen address), from which every path here starts.", secNone, nil, nil,
