@@ -14,8 +14,12 @@ import (
 )
 
 // scrape is one /metrics answer: each series ("name{a="x",b="y"}" with
-// labels sorted, or "name") and its value.
+// labels sorted, or "name") and its value; the "# TYPE" of each family is
+// kept under "# TYPE family" with 0 for a counter, 1 a gauge, 2 a histogram,
+// 3 anything else.
 type scrape map[string]float64
+
+var familyTypes = map[string]float64{"counter": 0, "gauge": 1, "histogram": 2}
 
 var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$`)
 var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
@@ -30,6 +34,13 @@ func scrapeAt(t *testing.T, n *servertest.Node, base string) scrape {
 	r.Must(t, 200)
 	out := scrape{}
 	for _, line := range strings.Split(string(r.Body), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			typ, ok := familyTypes[f[3]]
+			if !ok {
+				typ = 3
+			}
+			out["# TYPE "+f[2]] = typ
+		}
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -59,7 +70,9 @@ func scrapeAt(t *testing.T, n *servertest.Node, base string) scrape {
 func (s scrape) names() map[string]bool {
 	out := map[string]bool{}
 	for k := range s {
-		out[strings.SplitN(k, "{", 2)[0]] = true
+		if !strings.HasPrefix(k, "#") {
+			out[strings.SplitN(k, "{", 2)[0]] = true
+		}
 	}
 	return out
 }
