@@ -91,6 +91,7 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			s.log.ErrorContext(ctx, "receive", "queue_id", r.QueueID, "err", err)
 			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
 		}
+		s.metrics.DeadLettered(res.DeadLettered)
 		for _, q := range res.Woken {
 			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
 		}
@@ -174,7 +175,7 @@ func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
 		s.log.Error("release undelivered messages", "queue_id", queueID, "err", err)
 		return
 	}
-	n, released := 0, 0
+	n, released, dead := 0, 0, 0
 	for _, r := range res {
 		if r.Woken {
 			n++
@@ -182,8 +183,12 @@ func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
 		if r.OK {
 			released++
 		}
+		if r.DeadLettered {
+			dead++
+		}
 	}
 	s.metrics.Released(released)
+	s.metrics.DeadLettered(dead)
 	s.notifier.Notify(queueID, n)
 }
 
@@ -223,7 +228,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			s.log.ErrorContext(ctx, "settle", "queue_id", queueID, "err", err)
 			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
 		}
-		woke, settled := 0, 0
+		woke, settled, dead := 0, 0, 0
 		for j, r := range res {
 			i := idx[j]
 			out[i].OK = r.OK
@@ -239,10 +244,14 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			if r.OK {
 				settled++
 			}
+			if r.DeadLettered {
+				dead++
+			}
 			if r.Woken {
 				woke++
 			}
 		}
+		s.metrics.DeadLettered(dead)
 		if nack {
 			s.metrics.Released(settled)
 		} else {

@@ -20,7 +20,8 @@ type Metrics interface {
 	// nacks that took effect, and deliveries given back because their
 	// answer could not be written.
 	Released(n int)
-	// DeadLettered counts messages moved to dead letters.
+	// DeadLettered counts messages moved to dead letters: by the sweeper,
+	// by a receive before its claim, and by a nack on the last attempt.
 	DeadLettered(n int)
 	// Redriven counts dead letters moved back to their queue.
 	Redriven(n int)

@@ -202,6 +202,9 @@ type ReceiveResult struct {
 	// Replayed is true when an attempt record was found and replayed (the
 	// answer is final even when empty: a replay takes nothing new).
 	Replayed bool
+	// DeadLettered counts the exhausted heads moved to the dead letters
+	// before the claim.
+	DeadLettered int
 }
 
 // SettleParams acknowledges or releases handles of one queue.
@@ -220,6 +223,9 @@ type SettleResult struct {
 	Message string
 	// Woken is true when the settle made a message of the queue ready.
 	Woken bool
+	// DeadLettered is true when a nack moved the message to the dead
+	// letters (its delivery used the last attempt).
+	DeadLettered bool
 }
 
 // PurgeParams drops a queue's messages.

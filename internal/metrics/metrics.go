@@ -32,7 +32,7 @@ func NewBus(reg prometheus.Registerer) *Bus {
 		delivered:    counter("sombus_messages_delivered_total", "Deliveries claimed by receives (redeliveries included)."),
 		acked:        counter("sombus_messages_acked_total", "Acknowledgements answered OK."),
 		released:     counter("sombus_messages_released_total", "Deliveries released before their visibility ran out: nacks answered OK, and deliveries given back because their answer could not be written."),
-		deadLettered: counter("sombus_messages_dead_lettered_total", "Messages moved to the dead letters by the background sweeper (exhausted heads whose visibility ran out)."),
+		deadLettered: counter("sombus_messages_dead_lettered_total", "Messages moved to the dead letters after their last attempt (by the sweeper, a receive or a nack)."),
 		redriven:     counter("sombus_messages_redriven_total", "Dead letters moved back to their queue by redrive."),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sombus_long_polls_waiting", Help: "Receives waiting now for a message (long polls).",

@@ -168,7 +168,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	s.want(t, "sombus_messages_delivered_total", 5) // a1 b1 c1, then a2; a1 of the other queue
 	s.want(t, "sombus_messages_acked_total", 1)
 	s.want(t, "sombus_messages_released_total", 2)
-	s.want(t, "sombus_messages_dead_lettered_total", 2) // c1, then a2, by the sweeper
+	s.want(t, "sombus_messages_dead_lettered_total", 3) // b1 by its nack; c1, then a2, by the sweeper
 	s.want(t, "sombus_messages_redriven_total", 2)
 	s.want(t, `sombus_token_requests_total{result="issued"}`, 3)
 	s.want(t, `sombus_token_requests_total{result="invalid_client"}`, 1)

@@ -292,7 +292,7 @@ func receive(ctx context.Context, tx pgx.Tx, w *waker, p *bus.ReceiveParams) (*b
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := moveHeads(ctx, tx, w, now, held); err != nil {
+	if res.DeadLettered, _, err = moveHeads(ctx, tx, w, now, held); err != nil {
 		return nil, err
 	}
 

@@ -150,6 +150,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 
 		hw := &waker{} // what this handle woke, for its result
 		var heads map[int64]int64
+		dead := false
 		switch {
 		case ack:
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE story_id = $1 AND seq = $2`, h.StoryID, h.Seq); err != nil {
@@ -170,6 +171,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 			if _, heads, err = moveHeads(ctx, tx, hw, now, held); err != nil {
 				return nil, err
 			}
+			dead = true
 		default:
 			// Release: the nonce stays, so this handle still settles the
 			// delivery until the next receive.
@@ -190,7 +192,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 		} else {
 			delete(live, h.StoryID)
 		}
-		out[i] = bus.SettleResult{OK: true, Woken: hw.has(h.QueueID)}
+		out[i] = bus.SettleResult{OK: true, Woken: hw.has(h.QueueID), DeadLettered: dead}
 		mergeWoken(w, hw)
 	}
 	return out, nil

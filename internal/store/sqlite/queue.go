@@ -180,9 +180,9 @@ func attemptLimit(d *dbq, queueID string) (int, error) {
 }
 
 // deadLetterExhausted moves the heads of the queue's visible stories that
-// reached the attempt limit (receive step 2) and reports whether a story
-// advanced to a next head.
-func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (bool, error) {
+// reached the attempt limit (receive step 2) and reports how many it moved
+// and whether a story advanced to a next head.
+func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (int, bool, error) {
 	// The partial index stories_received holds only received stories; the
 	// planner, not knowing how few, would pick stories_claim and walk every
 	// ready story of the queue. "receive_count > 0" makes the index usable.
@@ -190,7 +190,7 @@ func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (bool, er
 		WHERE receive_count > 0 AND visible_at <= ? AND queue_id = ? AND receive_count >= ?
 		ORDER BY visible_at, id`, now, queueID, limit)
 	if err != nil {
-		return false, interpretError(err)
+		return 0, false, interpretError(err)
 	}
 	type head struct {
 		id, seq int64
@@ -201,23 +201,23 @@ func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (bool, er
 		var h head
 		if err := rows.Scan(&h.id, &h.seq, &h.count); err != nil {
 			_ = rows.Close()
-			return false, interpretError(err)
+			return 0, false, interpretError(err)
 		}
 		heads = append(heads, h)
 	}
 	_ = rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, interpretError(err)
+		return 0, false, interpretError(err)
 	}
 	woke := false
 	for _, h := range heads {
 		adv, err := deadLetter(d, h.id, h.seq, h.count, now)
 		if err != nil {
-			return false, err
+			return 0, false, err
 		}
 		woke = woke || adv
 	}
-	return woke, nil
+	return len(heads), woke, nil
 }
 
 // MessageReceive claims up to p.Max story heads of a queue, or replays a
@@ -270,10 +270,11 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	}
 
 	// 2. Dead-letter the heads that used up their attempts.
-	woke, err := deadLetterExhausted(d, p.QueueID, limit, now)
+	moved, woke, err := deadLetterExhausted(d, p.QueueID, limit, now)
 	if err != nil {
 		return nil, err
 	}
+	res.DeadLettered = moved
 	if woke {
 		res.Woken = []string{p.QueueID}
 	}
@@ -676,7 +677,7 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 		if err != nil {
 			return bus.SettleResult{}, err
 		}
-		return bus.SettleResult{OK: true, Woken: woke}, nil
+		return bus.SettleResult{OK: true, Woken: woke, DeadLettered: true}, nil
 	}
 	// The nonce stays: the handle still settles until the next receive.
 	if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = ? WHERE id = ?`,

@@ -8,9 +8,11 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-var gaugeTests = []test{
-	{"Empty", testGaugesEmpty},
-	{"EveryConsumerQueue", testGaugesEveryQueue},
+// metricsTests are what a metrics scrape and the bus's counters read.
+var metricsTests = []test{
+	{"GaugesEmpty", testGaugesEmpty},
+	{"GaugesEveryConsumerQueue", testGaugesEveryQueue},
+	{"DeadLetterMovesReported", testDeadLetterMovesReported},
 }
 
 // gauges reads QueueGauges and returns its counts by connection id.
@@ -79,5 +81,50 @@ func testGaugesEveryQueue(e *env) {
 		if gs[i].WorkspaceID != want[i].WorkspaceID || gs[i].ConnectionID != want[i].ConnectionID || !statsEqual(gs[i].QueueStats, want[i].QueueStats) {
 			e.t.Errorf("QueueGauges[%d] = %+v, want %+v", i, gs[i], want[i])
 		}
+	}
+}
+
+// Receive and nack say how many messages they moved to the dead letters, so
+// the bus can count every move (the sweeper's are in MaintainResult).
+func testDeadLetterMovesReported(e *env) {
+	f := e.fixture(1)
+	e.pub(f, T0, "a", "a1", "a2")
+	e.pub(f, T0, "b", "b1")
+	e.pub(f, T0, "c", "c1")
+	ds := e.receive(f.Q, 10, time.Second, at(time.Second))
+	wantIDs(e.t, ds, "a1", "b1", "c1")
+	// A release of a delivery on its last attempt is a move.
+	rs := e.nack(f.Q, 0, at(time.Second), ds[2].Handle)
+	if !rs[0].OK || !rs[0].DeadLettered {
+		e.t.Errorf("nack on the last attempt = %+v, want OK and DeadLettered", rs[0])
+	}
+	// a1 and b1 run out of visibility: the next receive moves both first,
+	// then claims a2.
+	r := e.receiveP(bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Minute, Now: at(3 * time.Second)})
+	wantIDs(e.t, r.Deliveries, "a2")
+	if r.DeadLettered != 2 {
+		e.t.Errorf("receive DeadLettered = %d, want 2", r.DeadLettered)
+	}
+	if n := len(e.allDeadLetters(f.Q)); n != 3 {
+		e.t.Errorf("%d dead letters, want 3", n)
+	}
+	// Nothing left to move, and a release that is not the last attempt,
+	// or an ack, is no move.
+	r = e.receiveP(bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Minute, Now: at(4 * time.Second)})
+	if r.DeadLettered != 0 || len(r.Deliveries) != 0 {
+		e.t.Errorf("second receive = %d deliveries, DeadLettered %d; want none", len(r.Deliveries), r.DeadLettered)
+	}
+	e.setAttemptLimit(f.Q, 5)
+	e.pub(f, at(5*time.Second), "d", "d1")
+	d := e.receiveOne(f.Q, time.Minute, at(5*time.Second), "d1")
+	if rs := e.nack(f.Q, 0, at(5*time.Second), d.Handle); !rs[0].OK || rs[0].DeadLettered {
+		e.t.Errorf("nack before the last attempt = %+v, want OK and not DeadLettered", rs[0])
+	}
+	d = e.receiveOne(f.Q, time.Minute, at(6*time.Second), "d1")
+	if rs := e.ack(f.Q, at(6*time.Second), d.Handle); !rs[0].OK || rs[0].DeadLettered {
+		e.t.Errorf("ack = %+v, want OK and not DeadLettered", rs[0])
+	}
+	if r := e.receiveP(bus.ReceiveParams{QueueID: f.Q, Max: 10, Visibility: time.Minute, Now: at(7 * time.Second)}); r.DeadLettered != 0 {
+		e.t.Errorf("receive with nothing exhausted: DeadLettered = %d", r.DeadLettered)
 	}
 }

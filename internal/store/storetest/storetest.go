@@ -58,7 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"DeadLetters", deadLetterTests},
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
-		{"Gauges", gaugeTests},
+		{"Metrics", metricsTests},
 		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},
