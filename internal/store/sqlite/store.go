@@ -267,6 +267,9 @@ func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
 	}
 	t, err := s.rdb.BeginTx(ctx, nil)
 	if err != nil {
+		if s.closed.Load() {
+			return errClosed // closed meanwhile ("sql: database is closed")
+		}
 		return fmt.Errorf("sqlite: begin read: %w", interpretError(err))
 	}
 	defer func() { _ = t.Rollback() }()
