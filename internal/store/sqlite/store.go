@@ -234,7 +234,10 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Ping checks that both the read pool and the writer answer.
+// Ping checks that both the read pool and the writer answer. After a
+// failed fsync of the WAL it fails for good with an error wrapping
+// bus.ErrUnavailable: the store takes no more writes (see writer.fail), so
+// the node is not ready until it is restarted.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return errClosed
