@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -309,5 +311,49 @@ func TestStoreFailuresAnswer503OnlyWhenUnreachable(t *testing.T) {
 	n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}}, cons.ID, cs.ClientSecret).Must(t, 200).Decode(t, &tr)
 	if !strings.HasPrefix(tr.AccessToken, "ey") {
 		t.Fatalf("token after recovery: %q", tr.AccessToken)
+	}
+}
+
+// TestFailedFsyncMakesTheNodeUnavailable: when an fsync of the embedded
+// store's write-ahead log fails (here the WAL file is moved away, so the
+// syncer cannot open it), the write whose commit it covered answers 503
+// store.unavailable, and so does every later write even once the file is
+// back, /readyz answers 503, reads go on, and the log tells to restart.
+func TestFailedFsyncMakesTheNodeUnavailable(t *testing.T) {
+	n := start(t)
+	ws := n.workspace(t, opKey, "fsync")
+	prod := n.connection(t, ws, "producer", nil)
+	cons := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
+	ptok := n.token(t, prod.ID, n.issue(t, ws, prod.ID).ClientSecret)
+	ctok := n.token(t, cons.ID, n.issue(t, ws, cons.ID).ClientSecret)
+	n.publish(t, ws, ptok, "m1").Must(t, 202)
+	n.pull(t, ws, cons.ID, ctok).Must(t, 200)
+	n.do(t, "GET", "/readyz", "", nil).Must(t, 200)
+
+	wal := filepath.Join(n.dir, "sombus.db-wal")
+	moved := filepath.Join(n.dir, "moved-wal")
+	if err := os.Rename(wal, moved); err != nil {
+		t.Fatal(err)
+	}
+	r := n.publish(t, ws, ptok, "m2")
+	if err := os.Rename(moved, wal); err != nil {
+		t.Fatal(err)
+	}
+	wantRefusal(t, r, 503, bus.RuleStoreUnavailable)
+
+	// The file is back; the store still refuses every write.
+	wantRefusal(t, n.publish(t, ws, ptok, "m3"), 503, bus.RuleStoreUnavailable)
+	wantRefusal(t, n.pull(t, ws, cons.ID, ctok), 503, bus.RuleQueueUnavailable)
+	wantRefusal(t, n.do(t, "POST", "/v1/manage/workspaces", opKey, map[string]any{"name": "later"}), 503, bus.RuleStoreUnavailable)
+	r = n.do(t, "GET", "/readyz", "", nil)
+	wantRefusal(t, r, 503, bus.RuleStoreUnavailable)
+	if r.Header.Get("Retry-After") == "" {
+		t.Error("/readyz 503 without Retry-After")
+	}
+	// Reads go on.
+	n.do(t, "GET", "/v1/manage/workspaces/"+ws, opKey, nil).Must(t, 200)
+	n.do(t, "GET", skillsPath(ws, cons.ID), ctok, nil).Must(t, 200)
+	if c := strings.Count(n.logs.String(), "RESTART THE PROCESS"); c != 1 {
+		t.Fatalf("the failed fsync is logged %d times, want once", c)
 	}
 }
