@@ -124,3 +124,32 @@ var (
 	// other internal error 500 internal.error.
 	ErrUnavailable = errors.New("store unavailable")
 )
+
+// IsUnavailable reports whether err says the store cannot be reached or
+// cannot take writes right now: whether it wraps ErrUnavailable. It is the
+// one test that decides between a 503 (retry later) and a 500 (a fault of
+// the server): a refusal (*Error) is neither.
+func IsUnavailable(err error) bool {
+	if _, refused := AsError(err); refused {
+		return false
+	}
+	return errors.Is(err, ErrUnavailable)
+}
+
+// Unavailable is the 503 refusal with rule (RuleQueueUnavailable on the
+// pull routes, RuleSkillsUnavailable on the consumer's skills route,
+// RuleStoreUnavailable elsewhere) that answers an error for which
+// IsUnavailable holds, with the wait the client should observe.
+func Unavailable(rule string) *Error {
+	e := &Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second}
+	switch rule {
+	case RuleQueueUnavailable:
+		e.Violations = []Violation{{Rule: rule, Message: "The queue could not be reached; retry after Retry-After."}}
+	case RuleSkillsUnavailable:
+		e.RetryAfter = 5 * time.Second
+		e.Violations = []Violation{{Rule: rule, Message: "Your skill registrations could not be read; keep what you read last and retry after Retry-After."}}
+	default:
+		e.Violations = []Violation{{Rule: RuleStoreUnavailable, Message: "The store cannot be reached right now; retry after Retry-After."}}
+	}
+	return e
+}

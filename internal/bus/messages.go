@@ -67,7 +67,9 @@ type ReceiveRequest struct {
 
 // Receive takes up to Max messages, waiting up to Wait for the first. It
 // answers as soon as at least one is ready, and with none when Wait runs
-// out, the client goes away, or the server stops.
+// out, the client goes away, or the server stops. When the store cannot be
+// reached the answer is the 503 consumer.queue_unavailable refusal; any
+// other store error is returned wrapped, a fault of the server.
 func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, error) {
 	deadline := time.Now().Add(r.Wait)
 	for {
@@ -88,8 +90,11 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			s.log.ErrorContext(ctx, "receive", "queue_id", r.QueueID, "err", err)
-			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
+			if IsUnavailable(err) {
+				s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
+				return nil, Unavailable(RuleQueueUnavailable)
+			}
+			return nil, fmt.Errorf("receive: %w", err) // a fault: 500
 		}
 		s.metrics.DeadLettered(res.DeadLettered)
 		for _, q := range res.Woken {
@@ -200,7 +205,8 @@ type HandleResult struct {
 	OK            bool   `json:"-"`
 }
 
-// Settle acknowledges (nack=false) or releases handles of a queue.
+// Settle acknowledges (nack=false) or releases handles of a queue. Store
+// errors are answered as Receive answers them.
 func (s *Service) Settle(ctx context.Context, queueID string, receipts []string, nack bool, delay time.Duration) ([]HandleResult, error) {
 	out := make([]HandleResult, len(receipts))
 	var hs []Handle
@@ -225,8 +231,11 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			res, err = s.store.MessageAck(ctx, p)
 		}
 		if err != nil {
-			s.log.ErrorContext(ctx, "settle", "queue_id", queueID, "err", err)
-			return nil, &Error{Status: 503, RetryAfter: time.Second, Violations: []Violation{{Rule: RuleQueueUnavailable, Message: "The queue could not be reached; retry after Retry-After."}}}
+			if IsUnavailable(err) {
+				s.log.WarnContext(ctx, "settle: queue unavailable", "queue_id", queueID, "err", err)
+				return nil, Unavailable(RuleQueueUnavailable)
+			}
+			return nil, fmt.Errorf("settle: %w", err) // a fault: 500
 		}
 		woke, settled, dead := 0, 0, 0
 		for j, r := range res {
@@ -262,12 +271,21 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 	return out, nil
 }
 
-// ConsumerSkills reads a consumer's skill registrations for the pull API.
+// ConsumerSkills reads a consumer's skill registrations for the pull API:
+// 503 skills.unavailable when the store cannot be reached, 403
+// producer.not_registered when the connection was removed since its token
+// was checked, and any other store error wrapped, a fault of the server.
 func (s *Service) ConsumerSkills(ctx context.Context, connectionID string) (Skills, error) {
 	sk, err := s.readSkills(ctx, connectionID)
 	if err != nil {
-		s.log.ErrorContext(ctx, "read skills", "connection_id", connectionID, "err", err)
-		return Skills{}, &Error{Status: 503, RetryAfter: 5 * time.Second, Violations: []Violation{{Rule: RuleSkillsUnavailable, Message: "Your skill registrations could not be read; keep what you read last and retry after Retry-After."}}}
+		if IsUnavailable(err) {
+			s.log.WarnContext(ctx, "read skills: unavailable", "connection_id", connectionID, "err", err)
+			return Skills{}, Unavailable(RuleSkillsUnavailable)
+		}
+		if errors.Is(err, ErrNotFound) {
+			return Skills{}, Errorf(RuleNotRegistered, "Connection %s no longer exists (it was removed): use the credentials of an existing consumer connection.", connectionID)
+		}
+		return Skills{}, fmt.Errorf("read skills: %w", err) // a fault: 500
 	}
 	if sk.Registrations == nil {
 		sk.Registrations = []SkillRegistration{}

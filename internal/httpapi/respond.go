@@ -45,27 +45,47 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-// storeUnavailable is the answer to any error that wraps
-// bus.ErrUnavailable: the store cannot be reached or take writes now.
-func storeUnavailable() *bus.Error {
-	return &bus.Error{Status: http.StatusServiceUnavailable, RetryAfter: time.Second,
-		Violations: []bus.Violation{{Rule: bus.RuleStoreUnavailable, Message: "The store cannot be reached right now; retry after Retry-After."}}}
+// unavailableAs makes store unavailability on a route answer rule instead
+// of store.unavailable: the pull routes answer the pull API's
+// consumer.queue_unavailable, the consumer's skills route
+// skills.unavailable, whatever step (the token's connection, the rate
+// limit, the queue) could not reach the store.
+type unavailableAs struct {
+	rule string
+	err  error
+}
+
+func (u *unavailableAs) Error() string { return u.err.Error() }
+func (u *unavailableAs) Unwrap() error { return u.err }
+
+// onUnavailable tags err (nil stays nil) with the rule its route answers
+// store unavailability with; writeError reads the tag.
+func onUnavailable(err error, rule string) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableAs{rule: rule, err: err}
 }
 
 // writeError writes err, the one place where errors become answers: a
-// refusal as the usual body with its status; an error wrapping
-// bus.ErrUnavailable as 503 store.unavailable with Retry-After; any other
-// error as a 500 "Internal error." logged with everything. 5xx are logged
-// loudly, 4xx quietly.
+// refusal as the usual body with its status; an error for which
+// bus.IsUnavailable holds (it wraps bus.ErrUnavailable) as 503 with
+// Retry-After and the route's rule (store.unavailable unless the error was
+// tagged by onUnavailable); any other error as a 500 "Internal error."
+// logged with everything. 5xx are logged loudly, 4xx quietly.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	if errors.Is(err, errClientGone) {
 		return // nobody is listening for an answer
 	}
 	e, ok := bus.AsError(err)
 	switch {
-	case !ok && errors.Is(err, bus.ErrUnavailable):
-		log.WarnContext(r.Context(), "store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		e = storeUnavailable()
+	case !ok && bus.IsUnavailable(err):
+		rule := bus.RuleStoreUnavailable
+		if u := (*unavailableAs)(nil); errors.As(err, &u) {
+			rule = u.rule
+		}
+		log.WarnContext(r.Context(), "store unavailable", "method", r.Method, "path", r.URL.Path, "rule", rule, "err", err)
+		e = bus.Unavailable(rule)
 	case !ok:
 		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &bus.Error{Status: http.StatusInternalServerError, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}}

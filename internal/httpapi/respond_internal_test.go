@@ -24,6 +24,12 @@ func TestWriteErrorMapsStoreUnavailability(t *testing.T) {
 	}{
 		{fmt.Errorf("read workspace: %w", bus.ErrUnavailable), 503, bus.RuleStoreUnavailable},
 		{errors.New("a bug"), 500, bus.RuleInternal},
+		// A route's own rule for unavailability (the pull routes'), and
+		// never for a fault or a refusal.
+		{onUnavailable(fmt.Errorf("auth: %w", bus.ErrUnavailable), bus.RuleQueueUnavailable), 503, bus.RuleQueueUnavailable},
+		{onUnavailable(fmt.Errorf("auth: %w", bus.ErrUnavailable), bus.RuleSkillsUnavailable), 503, bus.RuleSkillsUnavailable},
+		{onUnavailable(errors.New("a bug"), bus.RuleQueueUnavailable), 500, bus.RuleInternal},
+		{onUnavailable(bus.Errorf(bus.RuleTenantMismatch, "no"), bus.RuleQueueUnavailable), 403, bus.RuleTenantMismatch},
 	} {
 		w := httptest.NewRecorder()
 		writeError(w, httptest.NewRequest("GET", "/v1/manage/workspaces", nil), log, tc.err)

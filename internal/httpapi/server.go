@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -90,8 +91,13 @@ func (s *Server) routes() {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.svc.Store().Ping(ctx); err != nil {
-			s.log.WarnContext(ctx, "store unreachable", "err", err)
-			return storeUnavailable()
+			if !bus.IsUnavailable(err) && ctx.Err() != nil && r.Context().Err() == nil {
+				// No answer within the probe's time: unreachable too.
+				return fmt.Errorf("readyz: %w: %w", bus.ErrUnavailable, err)
+			}
+			// Unreachable (or unable to take writes): 503; any other
+			// failure is a fault of the server: 500. Either is "not ready".
+			return fmt.Errorf("readyz: %w", err)
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
@@ -106,10 +112,12 @@ func (s *Server) routes() {
 
 	s.handle("POST /v1/tenants/{t}/messages", s.publish)
 	s.handle("POST /v1/tenants/{t}/messages/batch", s.publishBatch)
-	s.handle("GET /v1/tenants/{t}/consumers/{c}/messages", s.receive)
-	s.handle("POST /v1/tenants/{t}/consumers/{c}/ack", s.ack)
-	s.handle("POST /v1/tenants/{t}/consumers/{c}/nack", s.nack)
-	s.handle("GET /v1/tenants/{t}/consumers/{c}/skills", s.skills)
+	// The pull routes answer store unavailability with the pull API's own
+	// rules, whichever step could not reach the store.
+	s.handle("GET /v1/tenants/{t}/consumers/{c}/messages", unavailableRule(bus.RuleQueueUnavailable, s.receive))
+	s.handle("POST /v1/tenants/{t}/consumers/{c}/ack", unavailableRule(bus.RuleQueueUnavailable, s.ack))
+	s.handle("POST /v1/tenants/{t}/consumers/{c}/nack", unavailableRule(bus.RuleQueueUnavailable, s.nack))
+	s.handle("GET /v1/tenants/{t}/consumers/{c}/skills", unavailableRule(bus.RuleSkillsUnavailable, s.skills))
 
 	s.manageRoutes()
 }
@@ -117,6 +125,14 @@ func (s *Server) routes() {
 // MetricsHandler serves the registry's series in the Prometheus text format.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
+}
+
+// unavailableRule makes h's store unavailability answer rule (see
+// onUnavailable).
+func unavailableRule(rule string, h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return onUnavailable(h(w, r), rule)
+	}
 }
 
 // ServeHTTP serves the API; unknown routes and wrong methods get the usual

@@ -176,7 +176,10 @@ func TestShape(t *testing.T) {
 				}
 				if workspace && code != "401" && code != "500" {
 					for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
-						if hr := r.Headers[h]; hr == nil || !hr.Value.Required {
+						// A 503 lists them, but cannot always carry them:
+						// not when the token's connection could not be
+						// read (decision 27).
+						if hr := r.Headers[h]; hr == nil || (!hr.Value.Required && code != "503") {
 							t.Errorf("%s %s: no required %s", name, code, h)
 						}
 					}

@@ -64,6 +64,12 @@ type Config struct {
 	// MetricsListen is --metrics-listen: when set, GET /metrics is served
 	// only on this address, and the API's listener answers it 404.
 	MetricsListen string
+
+	// WrapStore, when set, wraps the store once it is open: the node uses
+	// what it returns for everything (tests put a store that fails in
+	// between). The optional interfaces below (start-up lock, shared
+	// limiters) are still those of the store as opened.
+	WrapStore func(bus.Store) bus.Store
 }
 
 // Timeouts of the HTTP edge.
@@ -224,7 +230,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if l, ok := s.store.(StartupLocker); ok {
+	opened := s.store
+	if cfg.WrapStore != nil {
+		s.store = cfg.WrapStore(opened)
+	}
+	if l, ok := opened.(StartupLocker); ok {
 		// Nodes starting together on one database take turns to read or
 		// make the signing key, the handle key and the first operator, so
 		// that all of them use what the first one made.
@@ -267,10 +277,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// 30 seconds.
 	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
 	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
-	if st, ok := s.store.(RateLimiterStore); ok {
+	if st, ok := opened.(RateLimiterStore); ok {
 		limiter = st.RateLimiter()
 	}
-	if st, ok := s.store.(FailureLimiterStore); ok {
+	if st, ok := opened.(FailureLimiterStore); ok {
 		failures = st.TokenFailureLimiter(cfg.Clock)
 	}
 	s.api = httpapi.New(httpapi.Config{

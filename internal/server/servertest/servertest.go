@@ -48,6 +48,9 @@ type Options struct {
 	ValidateOpenAPI bool
 	// MetricsListen is passed to --metrics-listen.
 	MetricsListen string
+	// WrapStore is passed to the node's Config.WrapStore (a store that
+	// fails on demand, say).
+	WrapStore func(bus.Store) bus.Store
 }
 
 // TempDir is a temporary directory in memory (/dev/shm) when the machine
@@ -101,7 +104,7 @@ func Start(t testing.TB, o Options) *Node {
 	srv, err := server.New(context.Background(), server.Config{
 		Listen: "127.0.0.1:0", Store: o.Store, Environment: "sandbox", BootstrapKey: BootstrapKey,
 		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL, PublicURL: o.PublicURL,
-		ShutdownGrace: 5 * time.Second, MetricsListen: o.MetricsListen,
+		ShutdownGrace: 5 * time.Second, MetricsListen: o.MetricsListen, WrapStore: o.WrapStore,
 	})
 	if err != nil {
 		t.Fatalf("start node: %v", err)

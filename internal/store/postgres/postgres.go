@@ -52,6 +52,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -204,9 +205,11 @@ func isRetryable(err error) bool {
 
 // interpretError maps driver errors onto the bus sentinels, once, so that
 // nothing above the store sees a pgx type: no rows -> bus.ErrNotFound,
-// unique violation -> bus.ErrConflict, connection failures ->
-// bus.ErrUnavailable, other server errors -> their text alone. Errors that
-// are not the driver's pass through unchanged.
+// unique violation -> bus.ErrConflict, the database out of reach or unable
+// to work now (unavailable) -> bus.ErrUnavailable, other server errors ->
+// their text alone. Errors that are not the driver's pass through
+// unchanged; a cancelled context stays a cancelled context (the caller
+// went away).
 func interpretError(err error) error {
 	if err == nil {
 		return nil
@@ -216,10 +219,16 @@ func interpretError(err error) error {
 		errors.Is(err, bus.ErrUnavailable) || errors.As(err, &r) {
 		return err
 	}
-	for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, ce) {
-			return fmt.Errorf("%w: %s", ce, err.Error())
-		}
+	if errors.Unwrap(err) == context.Canceled { //nolint:errorlint // exactly one wrapping, no driver type inside
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %s", context.Canceled, err.Error())
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The database did not answer (or no pooled connection freed up)
+		// within the caller's time: out of reach for now.
+		return fmt.Errorf("%w: %w: %s", bus.ErrUnavailable, context.DeadlineExceeded, err.Error())
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s", bus.ErrNotFound, err.Error())
@@ -230,9 +239,10 @@ func interpretError(err error) error {
 		case pg.Code == "23505":
 			return fmt.Errorf("%w: %s", bus.ErrConflict, err.Error())
 		case pg.Code == "40P01" || pg.Code == "40001":
+			// Retried by run; still failing after maxAttempts, it is a
+			// fault (500), not the database being out of reach.
 			return &retryableError{msg: err.Error()}
-		case len(pg.Code) == 2+3 && (pg.Code[:2] == "08" || pg.Code[:2] == "57"):
-			// Connection exceptions and operator intervention (shutdown).
+		case unavailableSQLState(pg.Code):
 			return fmt.Errorf("%w: %s", bus.ErrUnavailable, err.Error())
 		}
 		return errors.New(err.Error())
@@ -240,12 +250,35 @@ func interpretError(err error) error {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, puddle.ErrClosedPool) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
 		return fmt.Errorf("%w: %s", bus.ErrUnavailable, err.Error())
 	}
 	// Anything else is not the driver's (fn's own errors, our own
 	// messages): it passes unchanged, so callers can still match it.
 	return err
+}
+
+// unavailableSQLState reports whether a server error says the database
+// cannot do any work right now, whatever was asked: a connection exception
+// (class 08), insufficient resources (class 53: disk full, out of memory,
+// too many connections), the server shutting down, crashed or starting up
+// (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now),
+// or an I/O error (58030). Every other error names a fault of the request
+// or of sombus.
+func unavailableSQLState(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "08", "53":
+		return true
+	}
+	switch code {
+	case "57P01", "57P02", "57P03", "58030":
+		return true
+	}
+	return false
 }
 
 // ms converts a time to the stored unix milliseconds.

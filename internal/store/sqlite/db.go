@@ -105,7 +105,8 @@ func (c *stmtCache) close() {
 // interpretError maps a driver error onto the bus sentinels, once, so that
 // nothing above the store sees a driver type: no row is bus.ErrNotFound, a
 // uniqueness violation bus.ErrConflict, a missing referenced row (foreign
-// key) bus.ErrNotFound, a lock that could not be had bus.ErrUnavailable.
+// key) bus.ErrNotFound, and the database out of reach or unable to work
+// now (see unavailableCode; a closed connection too) bus.ErrUnavailable.
 // Other driver errors become plain errors carrying the driver's message.
 func interpretError(err error) error {
 	if err == nil {
@@ -114,23 +115,44 @@ func interpretError(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return bus.ErrNotFound
 	}
+	if errors.Is(err, sql.ErrConnDone) {
+		return fmt.Errorf("sqlite: %w: %w", bus.ErrUnavailable, err)
+	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return err
 	}
-	code := se.Code()
+	return interpretCode(se.Code(), se.Error())
+}
+
+// interpretCode maps an SQLite result code (extended or primary) and its
+// message onto the bus sentinels, for interpretError.
+func interpretCode(code int, msg string) error {
 	switch code {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-		return fmt.Errorf("%s: %w", se.Error(), bus.ErrConflict)
+		return fmt.Errorf("%s: %w", msg, bus.ErrConflict)
 	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return fmt.Errorf("%s (a referenced row does not exist): %w", se.Error(), bus.ErrNotFound)
+		return fmt.Errorf("%s (a referenced row does not exist): %w", msg, bus.ErrNotFound)
 	}
+	if unavailableCode(code) {
+		return fmt.Errorf("sqlite: %s: %w", msg, bus.ErrUnavailable)
+	}
+	return fmt.Errorf("sqlite: %s", msg)
+}
+
+// unavailableCode reports whether an SQLite result code says the database
+// cannot do the work right now, whatever was asked: a lock held past the
+// busy timeout (BUSY, LOCKED, PROTOCOL), the disk failing or full (IOERR
+// and its extended codes, FULL), the file out of reach (CANTOPEN), or no
+// memory (NOMEM). Constraint violations, corruption, misuse and every
+// other code name a fault of the request or of sombus.
+func unavailableCode(code int) bool {
 	switch code & 0xff { // the primary result code
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return fmt.Errorf("%s: %w", se.Error(), bus.ErrUnavailable)
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL,
+		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOMEM:
+		return true
 	}
-	// %v, not %w: the driver type stays inside the store.
-	return fmt.Errorf("sqlite: %v", se) //nolint:errorlint // see above
+	return false
 }
 
 // ms is how a time is stored: unix milliseconds.

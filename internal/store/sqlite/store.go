@@ -234,7 +234,10 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Ping checks that both the read pool and the writer answer.
+// Ping checks that both the read pool and the writer answer. After a
+// failed fsync of the WAL it fails for good with an error wrapping
+// bus.ErrUnavailable: the store takes no more writes (see writer.fail), so
+// the node is not ready until it is restarted.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return errClosed
@@ -267,6 +270,9 @@ func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
 	}
 	t, err := s.rdb.BeginTx(ctx, nil)
 	if err != nil {
+		if s.closed.Load() {
+			return errClosed // closed meanwhile ("sql: database is closed")
+		}
 		return fmt.Errorf("sqlite: begin read: %w", interpretError(err))
 	}
 	defer func() { _ = t.Rollback() }()

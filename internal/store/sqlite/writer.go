@@ -100,6 +100,13 @@ type writer struct {
 	syncIdle    chan struct{}   // (1) a token after the syncer answered a group
 	syncerDone  chan struct{}   // closed when the syncer has returned
 	changes     int64           // total_changes() after the last commit
+
+	// syncFile fsyncs the file at a path; nil is fsyncFile (tests put a
+	// failing one in its place).
+	syncFile atomic.Pointer[func(path string) error]
+	// failed is set, once and for good, by the first failed fsync of the
+	// WAL; from then on every write is refused with it (see fail).
+	failed atomic.Pointer[error]
 }
 
 // committed is a committed batch whose callers wait for the WAL's fsync.
@@ -133,6 +140,9 @@ func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, 
 // before fn started, fn is not run and ctx's error is returned.
 func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := w.failure(); err != nil {
 		return err
 	}
 	o := &op{ctx: ctx, run: fn, done: make(chan error, 1)}
@@ -189,7 +199,9 @@ func (w *writer) loop() {
 					close(w.synced)
 					<-w.syncerDone
 					w.stmts.close()
-					w.checkpoint("TRUNCATE") // leave a small WAL behind
+					if w.failure() == nil {
+						w.checkpoint("TRUNCATE") // leave a small WAL behind
+					}
 					return
 				}
 			}
@@ -263,8 +275,13 @@ func (w *writer) run(t *txn, ops []*op) (again []*op) {
 			continue // the caller cancelled; nobody waits for an answer
 		}
 		if !t.open {
-			if _, err := w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
-				err = fmt.Errorf("begin: %w", interpretError(err))
+			err := w.failure()
+			if err == nil {
+				if _, err = w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
+					err = fmt.Errorf("begin: %w", interpretError(err))
+				}
+			}
+			if err != nil {
 				for _, o := range ops[i:] {
 					if o.state.Load() == opRunning || o.state.CompareAndSwap(opPending, opRunning) {
 						o.panicked = nil
@@ -308,8 +325,14 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 	return nil
 }
 
-// commit commits t and answers its operations.
+// commit commits t and answers its operations; after a failed fsync it
+// rolls t back instead.
 func (w *writer) commit(t *txn) {
+	if err := w.failure(); err != nil {
+		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.answerAll(t.live, err)
+		return
+	}
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
@@ -367,6 +390,12 @@ func (w *writer) syncer() {
 		if wrote {
 			err = w.syncWAL()
 		}
+		if err == nil {
+			// After a failed fsync no later one can be trusted (the kernel
+			// may have dropped the pages that failed and report success
+			// next time): the batches committed since are not durable.
+			err = w.failure()
+		}
 		// The disk is free: the writer may commit its next batch.
 		w.inflight.Add(-int64(len(group)))
 		select {
@@ -385,20 +414,57 @@ func (w *writer) syncer() {
 	}
 }
 
-// syncWAL fsyncs the WAL file. The file is opened each time: an fsync
-// through any descriptor of a file flushes the file, and a fresh open can
-// never hold on to a WAL that was replaced.
+// syncWAL fsyncs the WAL file; a failure puts the writer in its failed
+// state (see fail).
 func (w *writer) syncWAL() error {
-	f, err := os.Open(w.walPath)
-	if err == nil {
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+	sync := fsyncFile
+	if f := w.syncFile.Load(); f != nil {
+		sync = *f
 	}
+	if err := sync(w.walPath); err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// fsyncFile fsyncs the file at path. The file is opened each time: an
+// fsync through any descriptor of a file flushes the file, and a fresh open
+// can never hold on to a WAL that was replaced.
+func fsyncFile(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
-		w.log.Error("sqlite: fsync of the WAL failed; the last commits may not be durable", slog.Any("error", err))
-		return fmt.Errorf("sqlite: fsync of the WAL: %v: %w", err, bus.ErrUnavailable) //nolint:errorlint // the OS error stays inside the store
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// fail puts the writer in its failed state for good, after a failed fsync
+// of the WAL, and returns the error every write gets from then on (it
+// wraps bus.ErrUnavailable: 503, and the node reports not ready). As
+// PostgreSQL does, the store does not try again: after a failed fsync the
+// kernel may already have dropped the pages it could not write and call
+// them clean, so the page cache no longer tells what is on disk, and a
+// later fsync that succeeds proves nothing. Only a restart, recovering
+// from what is on disk, is safe. Reads go on. Logged once, loudly.
+func (w *writer) fail(cause error) error {
+	err := fmt.Errorf("sqlite: fsync of the WAL failed (%v); the store takes no writes until the process is restarted: %w", //nolint:errorlint // the OS error stays inside the store
+		cause, bus.ErrUnavailable)
+	if w.failed.CompareAndSwap(nil, &err) {
+		w.log.Error("sqlite: FSYNC OF THE WAL FAILED: the last commits may not be on disk and the page cache can no longer be trusted; "+
+			"every write is refused from now on and the node reports not ready. RESTART THE PROCESS: the database recovers from what is on disk.",
+			slog.String("wal", w.walPath), slog.Any("error", cause))
+	}
+	return *w.failed.Load()
+}
+
+// failure is the error of the failed state, nil while the writer works.
+func (w *writer) failure() error {
+	if p := w.failed.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
@@ -454,6 +520,9 @@ func (w *writer) exec(ctx context.Context, query string) (sql.Result, error) {
 
 // maybeCheckpoint truncates the WAL once it grew past the policy's limit.
 func (w *writer) maybeCheckpoint() {
+	if w.failure() != nil {
+		return // nothing more goes from the WAL to the database file
+	}
 	fi, err := os.Stat(w.walPath)
 	if err != nil || fi.Size() < w.wal.limitBytes {
 		return

@@ -92,7 +92,15 @@ func publishForbidden() obj {
 }
 
 func pullUnavailable() obj {
-	return refusal("The queue is still being set up or could not be reached.", rlRetry, "consumer.queue_unavailable")
+	return refusal("The queue is still being set up or could not be reached: the store is out of reach or cannot take writes, "+
+		"at whichever step (the token's connection, the allowance, the queue). Any other failure is 500 `internal.error` "+
+		"(decision 27).", rlMaybeRetry, "consumer.queue_unavailable")
+}
+
+// wsStoreUnavailable is the 503 of the publishing routes.
+func wsStoreUnavailable() obj {
+	return refusal("Decision 27: the store is out of reach or cannot take writes, at whichever step (the token's connection, the "+
+		"allowance, the message). Any other failure is 500 `internal.error`.", rlMaybeRetry, "store.unavailable")
 }
 
 var pullParams = []obj{paramRef("tenant"), paramRef("consumer")}
@@ -121,7 +129,8 @@ func sharedResponses() obj {
 		"ManageForbidden", refusal("The caller's role in the workspace is below the route's (`x-sombus-role`), or the route "+
 			"needs an operator.", nil, "manage.forbidden"),
 		"ManageTooLarge", refusal("The body is over 1 MiB.", nil, "manage.bad_request"),
-		"StoreUnavailable", refusal("Decision: the store cannot be reached right now.", retryOnly, "store.unavailable"),
+		"StoreUnavailable", refusal("Decision 27: the store is out of reach or cannot take writes right now. Any other failure "+
+			"is 500 `internal.error`.", retryOnly, "store.unavailable"),
 		"WorkspaceUnauthenticated", ws401,
 		"WorkspaceRateLimited", ws429,
 	)
@@ -183,16 +192,19 @@ func paths() obj {
 				"413", resp("Decision: a body over 64 KiB is `invalid_request`.", oauthErr("invalid_request"), nil),
 				"429", resp("`slow_down`: after 20 failed authentications within a minute for one client id, or 100 from one remote "+
 					"address, until the minute has passed.", oauthErr("slow_down"), retryOnly),
-				"500", resp("`server_error`.", oauthErr("server_error"), nil),
-				"503", resp("Decision: `temporarily_unavailable` when the store cannot be reached.", oauthErr("temporarily_unavailable"), retryOnly),
+				"500", resp("`server_error`: any fault of the server other than the store being out of reach (decision 27).",
+					oauthErr("server_error"), nil),
+				"503", resp("Decision 27: `temporarily_unavailable` when the store is out of reach (the client or the failure "+
+					"counts cannot be read).", oauthErr("temporarily_unavailable"), retryOnly),
 			),
 		)),
 		"/v1/oauth/jwks", o("get", op("getJWKS", "token", "Token signing keys",
-			"The public keys that verify access tokens (RFC 7517).", secNone, nil, nil,
+			"The public keys that verify access tokens (RFC 7517). Decision 27: served from the keys the node holds in memory "+
+				"(read from the store at start and every minute), so it keeps answering while the store is out of reach.",
+			secNone, nil, nil,
 			o(
 				"200", resp("The key set.", ref("JWKS"), nil),
 				"500", internalErr,
-				"503", refusal("Decision: the keys cannot be read from the store right now.", retryOnly, "store.unavailable"),
 			),
 		)),
 
@@ -210,7 +222,7 @@ func paths() obj {
 				"413", refusal("The body is over 256 KiB.", rl, "envelope.too_large"),
 				"429", respRef("WorkspaceRateLimited"),
 				"500", internalErr,
-				"503", refusal("Decision: the store cannot be reached right now.", rlRetry, "store.unavailable"),
+				"503", wsStoreUnavailable(),
 			),
 		)),
 		"/v1/tenants/{t}/messages/batch", o("post", op("publishBatch", "publish", "Publish 1 to 100 envelopes",
@@ -224,7 +236,7 @@ func paths() obj {
 				"413", refusal("The body is over 1 MiB.", rl, "envelope.too_large"),
 				"429", respRef("WorkspaceRateLimited"),
 				"500", internalErr,
-				"503", refusal("Decision: the store cannot be reached right now.", rlRetry, "store.unavailable"),
+				"503", wsStoreUnavailable(),
 			),
 		)),
 
@@ -294,7 +306,8 @@ func paths() obj {
 				"403", pullForbidden(),
 				"429", respRef("WorkspaceRateLimited"),
 				"500", internalErr,
-				"503", refusal("The registrations could not be read: keep what you read last.", rlRetry, "skills.unavailable"),
+				"503", refusal("The registrations could not be read (the store is out of reach, at whichever step): keep what you read "+
+					"last. Any other failure is 500 `internal.error` (decision 27).", rlMaybeRetry, "skills.unavailable"),
 			),
 		)),
 
@@ -408,11 +421,12 @@ func paths() obj {
 		// ---- operations ----
 		"/healthz", o("get", op("healthz", "operations", "Liveness", "The process is up.", secNone, nil, nil,
 			o("200", resp("Up.", ref("Health"), nil), "500", internalErr))),
-		"/readyz", o("get", op("readyz", "operations", "Readiness", "The store is reachable.", secNone, nil, nil,
+		"/readyz", o("get", op("readyz", "operations", "Readiness", "The store is reachable and takes writes.", secNone, nil, nil,
 			o(
 				"200", resp("Ready.", ref("Health"), nil),
 				"500", internalErr,
-				"503", refusal("The store cannot be reached.", retryOnly, "store.unavailable"),
+				"503", refusal("Not ready (decision 27): the store cannot be reached or does not answer within 2 s, or the embedded "+
+					"store stopped taking writes after a failed fsync and the process must be restarted.", retryOnly, "store.unavailable"),
 			))),
 		"/metrics", o("get", op("metrics", "operations", "Prometheus metrics", "Prometheus text exposition format. "+
 			"Decision 28: a node started with `--metrics-listen` serves the metrics only on that address, and this path answers 404 `route.not_found`.", secNone, nil, nil,

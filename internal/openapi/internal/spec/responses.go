@@ -24,7 +24,7 @@ func headers() obj {
 }
 
 const rateLimitDoc = "Decision: workspace routes (`/v1/tenants/...`) carry the RateLimit headers on every answer once the token " +
-	"names a connection, that is on every answer but 401 and 500."
+	"names a connection, that is on every answer but 401, 500 and a 503 given before the connection could be read (decision 27)."
 
 var rl = o(
 	"RateLimit-Limit", hdr("RateLimit-Limit"),
@@ -35,6 +35,23 @@ var rl = o(
 var rlRetry = rl.with("Retry-After", hdr("Retry-After"))
 
 var retryOnly = o("Retry-After", hdr("Retry-After"))
+
+// rlMaybeRetry are the headers of a workspace route's 503 (decision 27):
+// Retry-After always; the RateLimit headers when the store failed after
+// the connection's allowance was taken, not when the token's connection
+// itself could not be read.
+var rlMaybeRetry = o(
+	"Retry-After", hdr("Retry-After"),
+	"RateLimit-Limit", maybeRL("RateLimit-Limit"),
+	"RateLimit-Remaining", maybeRL("RateLimit-Remaining"),
+	"RateLimit-Reset", maybeRL("RateLimit-Reset"),
+)
+
+func maybeRL(name string) obj {
+	return o("required", false, "description", "As `"+name+"` of the other answers, when the store failed after the connection's "+
+		"allowance was taken; absent when the token's connection could not be read (decision 27).",
+		"schema", o("type", "integer", "minimum", 0))
+}
 
 func jsonContent(schema obj) obj { return o("application/json", o("schema", schema)) }
 
@@ -79,7 +96,8 @@ func componentResponses() obj {
 			"uses the Refusal body on every path, the token endpoint's included.",
 			o("Allow", o("required", true, "description", "The path's methods, such as `GET, POST`.", "schema", o("type", "string", "minLength", 1))),
 			"route.method_not_allowed"),
-		"InternalError", refusal("An unexpected failure; nothing secret is in the message.", nil, "internal.error"),
+		"InternalError", refusal("An unexpected failure: any fault of the server other than the store being out of reach "+
+			"(decision 27), answered without Retry-After; nothing secret is in the message.", nil, "internal.error"),
 	)
 }
 
