@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -57,6 +58,10 @@ type ConsumeOptions struct {
 	// errors, failed receives that will be retried, settle failures. It
 	// may be called from several goroutines at once. nil ignores them.
 	OnError func(error)
+	// Logger is told the same errors, at Warn, as a message and snake_case
+	// attributes (error, message_id, retry_in …); it never sees a secret,
+	// token or receipt handle. nil logs nothing.
+	Logger *slog.Logger
 	// ShutdownTimeout bounds the final acknowledgements and releases after
 	// the context is cancelled and the handlers in flight finished; 0 is 10 s.
 	ShutdownTimeout time.Duration
@@ -94,6 +99,9 @@ func (o *ConsumeOptions) fill() error {
 	}
 	if o.maxSettlers <= 0 {
 		o.maxSettlers = 4
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }
@@ -217,10 +225,13 @@ type settleItem struct {
 	delay  time.Duration
 }
 
-func (l *consumeLoop) report(err error) {
+// report tells OnError about err and logs msg at Warn with err and attrs
+// (snake_case keys; never a secret, token or receipt handle).
+func (l *consumeLoop) report(err error, msg string, attrs ...any) {
 	if l.o.OnError != nil && err != nil {
 		l.o.OnError(err)
 	}
+	l.o.Logger.Warn(msg, append([]any{"error", err}, attrs...)...)
 }
 
 func (l *consumeLoop) run(ctx context.Context) error {
@@ -311,7 +322,8 @@ func (l *consumeLoop) receiveLoop(ctx context.Context) error {
 			failures++
 			// Keep the attempt id: if the answer was lost, the retry gets
 			// the same messages back instead of waiting for their visibility.
-			l.report(fmt.Errorf("sombus: receive failed, retrying in %s: %w", wait.Round(time.Millisecond), err))
+			l.report(fmt.Errorf("sombus: receive failed, retrying in %s: %w", wait.Round(time.Millisecond), err),
+				"sombus: receive failed, retrying", "retry_in", wait.Round(time.Millisecond), "failures", failures)
 			if sleep(ctx, wait) != nil {
 				return nil
 			}
@@ -429,7 +441,9 @@ func (l *consumeLoop) process(ctx context.Context, m *Message) bool {
 	}
 	if err := l.call(ctx, m); err != nil {
 		delay := l.o.backoff(m.ReceiveCount)
-		l.report(&HandlerError{MessageID: m.MessageID, CorrelationID: m.CorrelationID, ReceiveCount: m.ReceiveCount, Released: delay, Err: err})
+		l.report(&HandlerError{MessageID: m.MessageID, CorrelationID: m.CorrelationID, ReceiveCount: m.ReceiveCount, Released: delay, Err: err},
+			"sombus: handler failed, message released", "message_id", m.MessageID, "correlation_id", m.CorrelationID,
+			"receive_count", m.ReceiveCount, "release_delay", delay)
 		l.settleCh <- settleItem{handle: m.ReceiptHandle, nack: true, delay: delay}
 		return false
 	}
@@ -509,11 +523,14 @@ func (l *consumeLoop) settleLoop(ctx context.Context) {
 				verb = "release"
 			}
 			if err != nil {
-				l.report(fmt.Errorf("sombus: %s %d messages: %w", verb, len(handles), err))
+				l.report(fmt.Errorf("sombus: %s %d messages: %w", verb, len(handles), err),
+					"sombus: "+verb+" failed", "messages", len(handles))
 			} else if len(res.Failed) > 0 {
 				// A handle of a delivery that is no longer the latest: the
 				// message was received again and will be dealt with then.
-				l.report(fmt.Errorf("sombus: %s: %d of %d handles failed (%s: %s)", verb, len(res.Failed), len(handles), res.Failed[0].Code, res.Failed[0].Message))
+				l.report(fmt.Errorf("sombus: %s: %d of %d handles failed (%s: %s)", verb, len(res.Failed), len(handles), res.Failed[0].Code, res.Failed[0].Message),
+					"sombus: "+verb+": some handles failed", "failed", len(res.Failed), "messages", len(handles),
+					"code", res.Failed[0].Code)
 			}
 			l.freeSlots(len(handles))
 		}()

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // The pull API's limits and defaults.
@@ -74,7 +76,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 // milliseconds, the envelope as accepted).
 func (m Message) MarshalJSON() ([]byte, error) {
 	type wire Message
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		wire
 		EnqueuedAt string `json:"enqueued_at"`
 	}{wire(m), m.EnqueuedAt.UTC().Format("2006-01-02T15:04:05.000Z")})
@@ -174,7 +176,7 @@ func (s Skills) MarshalJSON() ([]byte, error) {
 		v := s.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000Z")
 		at = &v
 	}
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		Registrations []SkillRegistration `json:"registrations"`
 		UpdatedAt     *string             `json:"updated_at"`
 	}{regs, at})

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // SomVersion is the envelope version the SDK writes when Envelope.SomVersion
@@ -86,7 +88,7 @@ func (e Envelope) encode() (json.RawMessage, error) {
 	if e.Payload == nil {
 		e.Payload = struct{}{}
 	}
-	b, err := marshal(e)
+	b, err := jsonenc.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("sombus: encode envelope: %w", err)
 	}

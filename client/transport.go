@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // Defaults of the transport.
@@ -91,7 +93,7 @@ func (t *transport) do(ctx context.Context, c call, out any) error {
 	case json.RawMessage:
 		body = b
 	default:
-		j, err := marshal(b)
+		j, err := jsonenc.Marshal(b)
 		if err != nil {
 			return fmt.Errorf("sombus: encode %s %s: %w", c.method, c.path, err)
 		}

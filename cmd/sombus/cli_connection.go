@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sombus/sombus/client"
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // connectionFlags are the settable fields of create and update.
@@ -454,7 +455,7 @@ entries that belong to no workspace instead: users and API keys created (operato
 			if err := o.print(cmd, client.AuditPage{Entries: entries, NextCursor: next}, func(w io.Writer) {
 				row(w, "AT", "ACTOR", "ACTION", "TARGET", "DETAILS")
 				for _, e := range entries {
-					d, _ := marshalJSON(e.Details)
+					d, _ := jsonenc.Marshal(e.Details)
 					row(w, when(e.At), e.Actor, e.Action, e.Target, compact(d, 80))
 				}
 			}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sombus/sombus/client"
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // batchBytes keeps a batch under the 1 MiB limit with room for the wrapper.
@@ -61,7 +62,7 @@ with a progress bar on a terminal), or built from --type, --correlation-id and
 				if e.Payload == nil {
 					e.Payload = map[string]any{}
 				}
-				raw, _ := marshalJSON(e)
+				raw, _ := jsonenc.Marshal(e)
 				envs = append(envs, raw)
 			}
 			for _, a := range args {
@@ -208,7 +209,7 @@ func (pb *publisher) run(envs []json.RawMessage, bar interface{ Add(int) error }
 			pb.accepted++
 		}
 		if pb.o.json() {
-			b, _ := marshalJSON(r)
+			b, _ := jsonenc.Marshal(r)
 			fmt.Fprintln(pb.cmd.OutOrStdout(), string(b))
 		} else {
 			pb.results = append(pb.results, r)
@@ -343,7 +344,7 @@ func printMessages(o *cliOptions, cmd *cobra.Command, msgs []client.Message, hea
 	out := cmd.OutOrStdout()
 	if o.json() {
 		for _, m := range msgs {
-			b, _ := marshalJSON(m)
+			b, _ := jsonenc.Marshal(m)
 			fmt.Fprintln(out, string(b))
 		}
 		return

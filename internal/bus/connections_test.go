@@ -49,7 +49,7 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 			return s
 		},
 		"postgres": func(t *testing.T) bus.Store {
-			s, err := postgres.Open(t.Context(), pgtest.URL(t), pgtest.Logger(t))
+			s, err := postgres.Open(t.Context(), pgtest.URL(t), storetest.Logger(t))
 			if err != nil {
 				t.Fatal(err)
 			}

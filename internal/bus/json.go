@@ -1,31 +1,17 @@
 package bus
 
 import (
-	"bytes"
-	"encoding/json"
 	"time"
+
+	"github.com/sombus/sombus/internal/jsonenc"
 )
 
 // The API shows every time as RFC 3339 UTC with milliseconds
 // ("2026-09-25T10:15:02.114Z"); time.Time's own JSON drops zero
 // milliseconds, so the types the API shows marshal their times here. Each
 // method shadows the time fields with strings of the same JSON name (the
-// shallower field wins in encoding/json).
-
-// marshal is json.Marshal without HTML escaping: the API writes ">", "<"
-// and "&" as they are (a topic pattern reads "som.story.>", not
-// "som.story.\u003e"), which every JSON parser reads alike. Every MarshalJSON
-// method here uses it; encoding/json keeps what a MarshalJSON method returns
-// unescaped when the outer encoder does not escape either.
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
+// shallower field wins in encoding/json), and writes ">", "<" and "&" as
+// they are (jsonenc.Marshal).
 
 // TimeFormat is the layout of every time the API shows.
 const TimeFormat = "2006-01-02T15:04:05.000Z"
@@ -44,7 +30,7 @@ func optTime(t *time.Time) *string {
 // MarshalJSON shows times with milliseconds.
 func (u User) MarshalJSON() ([]byte, error) {
 	type alias User
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		CreatedAt string `json:"created_at"`
 	}{alias(u), FormatTime(u.CreatedAt)})
@@ -53,7 +39,7 @@ func (u User) MarshalJSON() ([]byte, error) {
 // MarshalJSON shows times with milliseconds.
 func (w Workspace) MarshalJSON() ([]byte, error) {
 	type alias Workspace
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		CreatedAt string `json:"created_at"`
 	}{alias(w), FormatTime(w.CreatedAt)})
@@ -66,7 +52,7 @@ func (e AuditEntry) MarshalJSON() ([]byte, error) {
 	if d == nil {
 		d = map[string]any{}
 	}
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		At      string         `json:"at"`
 		Details map[string]any `json:"details"`
@@ -76,7 +62,7 @@ func (e AuditEntry) MarshalJSON() ([]byte, error) {
 // MarshalJSON shows times with milliseconds.
 func (d DeadLetter) MarshalJSON() ([]byte, error) {
 	type alias DeadLetter
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		EnqueuedAt     string `json:"enqueued_at"`
 		DeadLetteredAt string `json:"dead_lettered_at"`
@@ -90,7 +76,7 @@ func (s Skills) MarshalJSON() ([]byte, error) {
 	if regs == nil {
 		regs = []SkillRegistration{}
 	}
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		Registrations []SkillRegistration `json:"registrations"`
 		UpdatedAt     *string             `json:"updated_at"`
@@ -107,7 +93,7 @@ func optTimeNonZero(t time.Time) *string {
 // MarshalJSON shows times with milliseconds.
 func (v SecretView) MarshalJSON() ([]byte, error) {
 	type alias SecretView
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		IssuedAt          *string `json:"issued_at"`
 		PreviousExpiresAt *string `json:"previous_expires_at"`
@@ -117,7 +103,7 @@ func (v SecretView) MarshalJSON() ([]byte, error) {
 // MarshalJSON shows times with milliseconds.
 func (v ConnectionView) MarshalJSON() ([]byte, error) {
 	type alias ConnectionView
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		CreatedAt string `json:"created_at"`
 	}{alias(v), FormatTime(v.CreatedAt)})
@@ -126,7 +112,7 @@ func (v ConnectionView) MarshalJSON() ([]byte, error) {
 // MarshalJSON shows times with milliseconds.
 func (v APIKeyView) MarshalJSON() ([]byte, error) {
 	type alias APIKeyView
-	return marshal(struct {
+	return jsonenc.Marshal(struct {
 		alias
 		CreatedAt string `json:"created_at"`
 	}{alias(v), FormatTime(v.CreatedAt)})

@@ -68,7 +68,7 @@ func TestConsumerSkillsAndReceiveStoreErrors(t *testing.T) {
 			return s
 		},
 		"postgres": func(t *testing.T) bus.Store {
-			s, err := postgres.Open(ctx, pgtest.URL(t), pgtest.Logger(t))
+			s, err := postgres.Open(ctx, pgtest.URL(t), storetest.Logger(t))
 			if err != nil {
 				t.Fatal(err)
 			}

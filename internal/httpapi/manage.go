@@ -83,42 +83,35 @@ func readOptionalManage(r *http.Request, v any) error {
 }
 
 // noQuery refuses query parameters on routes that take none.
-func noQuery(r *http.Request, allowed ...string) error {
-	for k := range r.URL.Query() {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || k == a
-		}
-		if !ok {
-			return bus.Errorf(bus.RuleManageBadRequest, "Unknown query parameter %q.", k)
-		}
-	}
-	return nil
+func noQuery(r *http.Request) error {
+	_, err := queryParams(r, bus.RuleManageBadRequest)
+	return err
 }
 
 // pageParams reads limit (1 to 100, default 50) and cursor.
 func pageParams(r *http.Request) (int, string, error) {
-	return pageParamsOf(r, bus.DefaultAuditPage)
+	limit, cursor, _, err := pageParamsOf(r, bus.DefaultAuditPage)
+	return limit, cursor, err
 }
 
 // pageParamsOf reads limit (1 to 100, default def) and cursor; the route
-// may take the extra query parameters too.
-func pageParamsOf(r *http.Request, def int, extra ...string) (int, string, error) {
-	if err := noQuery(r, append([]string{"limit", "cursor"}, extra...)...); err != nil {
-		return 0, "", err
+// may take the extra query parameters too, returned with them.
+func pageParamsOf(r *http.Request, def int, extra ...string) (int, string, map[string]string, error) {
+	q, err := queryParams(r, bus.RuleManageBadRequest, append([]string{"limit", "cursor"}, extra...)...)
+	if err != nil {
+		return 0, "", nil, err
 	}
-	q := r.URL.Query()
 	limit := def
 	if v, ok := q["limit"]; ok {
-		if len(v) != 1 || !digits.MatchString(v[0]) {
-			return 0, "", bus.Errorf(bus.RuleManageBadRequest, "limit must be an integer between 1 and %d.", bus.MaxAuditPage)
+		if !digits.MatchString(v) {
+			return 0, "", nil, bus.Errorf(bus.RuleManageBadRequest, "limit must be an integer between 1 and %d.", bus.MaxAuditPage)
 		}
-		limit, _ = strconv.Atoi(v[0])
+		limit, _ = strconv.Atoi(v)
 		if limit < 1 || limit > bus.MaxAuditPage {
-			return 0, "", bus.Errorf(bus.RuleManageBadRequest, "limit must be an integer between 1 and %d.", bus.MaxAuditPage)
+			return 0, "", nil, bus.Errorf(bus.RuleManageBadRequest, "limit must be an integer between 1 and %d.", bus.MaxAuditPage)
 		}
 	}
-	return limit, q.Get("cursor"), nil
+	return limit, q["cursor"], q, nil
 }
 
 func (s *Server) manageRoutes() {
@@ -218,11 +211,11 @@ func (s *Server) manageRoutes() {
 		return nil
 	})
 	s.manageQuery("GET "+ws+"/connections", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
-		limit, cursor, err := pageParamsOf(r, bus.DefaultConnectionPage, "kind")
+		limit, cursor, q, err := pageParamsOf(r, bus.DefaultConnectionPage, "kind")
 		if err != nil {
 			return err
 		}
-		page, err := s.svc.ListConnections(r.Context(), a, r.PathValue("t"), bus.ConnectionKind(r.URL.Query().Get("kind")), limit, cursor)
+		page, err := s.svc.ListConnections(r.Context(), a, r.PathValue("t"), bus.ConnectionKind(q["kind"]), limit, cursor)
 		if err != nil {
 			return err
 		}

@@ -135,15 +135,15 @@ var (
 )
 
 // intParam reads an integer query parameter within [lo, hi].
-func intParam(q map[string][]string, name string, def, lo, hi int) (int, error) {
+func intParam(q map[string]string, name string, def, lo, hi int) (int, error) {
 	v, ok := q[name]
 	if !ok {
 		return def, nil
 	}
-	if len(v) != 1 || !digits.MatchString(v[0]) {
+	if !digits.MatchString(v) {
 		return 0, bus.Errorf(bus.RulePullBadRequest, "%s must be an integer between %d and %d.", name, lo, hi)
 	}
-	n, _ := strconv.Atoi(v[0])
+	n, _ := strconv.Atoi(v)
 	if n < lo || n > hi {
 		return 0, bus.Errorf(bus.RulePullBadRequest, "%s must be an integer between %d and %d (got %d).", name, lo, hi, n)
 	}
@@ -156,13 +156,9 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "max", "wait", "visibility", "attempt":
-		default:
-			return bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; the parameters are max, wait, visibility and attempt.", k)
-		}
+	q, err := queryParams(r, bus.RulePullBadRequest, "max", "wait", "visibility", "attempt")
+	if err != nil {
+		return err
 	}
 	maxN, err := intParam(q, "max", 10, 1, 10)
 	if err != nil {
@@ -178,10 +174,10 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	}
 	attempt := ""
 	if v, ok := q["attempt"]; ok {
-		if len(v) != 1 || !attemptText.MatchString(v[0]) {
+		if !attemptText.MatchString(v) {
 			return bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
 		}
-		attempt = v[0]
+		attempt = v
 	}
 	if wait > 0 {
 		release, ok := s.polls.Acquire(queueID, MaxLongPollsPerConnection)
@@ -331,8 +327,8 @@ func (s *Server) skills(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
-	for k := range r.URL.Query() {
-		return bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; this route takes no parameters.", k)
+	if _, err := queryParams(r, bus.RulePullBadRequest); err != nil {
+		return err
 	}
 	sk, err := s.svc.ConsumerSkills(r.Context(), queueID)
 	if err != nil {

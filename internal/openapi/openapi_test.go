@@ -19,8 +19,9 @@ import (
 	"github.com/sombus/sombus/internal/openapi/openapitest"
 )
 
-// apiRoutes is every route of the HTTP contract (and the pull seed), copied from it,
-// plus the usage route the brief adds. The document must hold exactly these.
+// apiRoutes is every route of the HTTP contract (and of the pull API
+// specification), plus sombus's usage route. The document must hold exactly
+// these.
 var apiRoutes = []string{
 	// 2. Token service
 	"POST /v1/oauth/token",
@@ -141,7 +142,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 	}
 }
 
-// TestShape checks the rules the brief lays down for every operation.
+// TestShape checks the rules every operation follows.
 func TestShape(t *testing.T) {
 	d := loadDoc(t)
 	for path, item := range d.Paths.Map() {

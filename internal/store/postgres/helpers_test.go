@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+	"github.com/sombus/sombus/internal/store/storetest"
 )
 
 // testLogger returns a logger that writes to t.Log until the test ends.
-func testLogger(t testing.TB) *slog.Logger { return pgtest.Logger(t) }
+func testLogger(t testing.TB) *slog.Logger { return storetest.Logger(t) }
 
 // OpenTest opens a store on a fresh schema (see pgtest.URL), logging to t,
 // and closes it when the test ends. The package's external tests reach it
@@ -20,7 +21,7 @@ func OpenTest(t testing.TB) *Store {
 	u := pgtest.URL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, u, pgtest.Logger(t))
+	s, err := Open(ctx, u, storetest.Logger(t))
 	if err != nil {
 		t.Fatalf("postgres: open test store: %v", err)
 	}

@@ -80,10 +80,13 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 	}
 }
 
-// Logger returns a logger that writes to t.Log until the test ends (lines
-// logged after that, by a store closing in a cleanup, are dropped).
+// Logger returns a logger that writes to t.Log until the test ends. Both
+// stores' tests use it.
 func Logger(t testing.TB) *slog.Logger {
 	w := &testWriter{t: t}
+	// Registered first, so it runs after every later cleanup (a store
+	// closing may still log); from then on lines are dropped, since t.Log
+	// after the test ended panics.
 	t.Cleanup(func() {
 		w.mu.Lock()
 		w.done = true
@@ -92,6 +95,7 @@ func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// testWriter sends log lines to t.Log.
 type testWriter struct {
 	t    testing.TB
 	mu   sync.Mutex

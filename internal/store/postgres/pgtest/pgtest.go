@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -101,34 +100,4 @@ func withSearchPath(t testing.TB, base, schema string) string {
 		return u.String()
 	}
 	return base + " search_path=" + schema
-}
-
-// Logger returns a logger that writes to t.Log until the test ends.
-func Logger(t testing.TB) *slog.Logger {
-	w := &testWriter{t: t}
-	// Registered first, so it runs after every later cleanup (which may
-	// still log); from then on lines are dropped, since t.Log after the
-	// test ended panics.
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// testWriter sends log lines to t.Log.
-type testWriter struct {
-	t    testing.TB
-	mu   sync.Mutex
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }
