@@ -63,7 +63,7 @@ func TestConsumeOrderPerStoryUnderConcurrency(t *testing.T) {
 		errs.Add(1)
 		t.Logf("consume: %v", err)
 	}})
-	waitFor(t, "every message handled", 30*time.Second, func() bool { return total.Load() >= stories*perStory })
+	waitFor(t, "every message handled", 90*time.Second, func() bool { return total.Load() >= stories*perStory })
 	if err := stop(); err != nil {
 		t.Fatalf("Consume: %v", err)
 	}
