@@ -451,7 +451,7 @@ func fsyncFile(path string) error {
 // later fsync that succeeds proves nothing. Only a restart, recovering
 // from what is on disk, is safe. Reads go on. Logged once, loudly.
 func (w *writer) fail(cause error) error {
-	err := fmt.Errorf("sqlite: fsync of the WAL failed (%v); the store takes no writes until the process is restarted: %w", //nolint:errorlint // the OS error stays inside the store
+	err := fmt.Errorf("sqlite: fsync of the WAL failed (%w); the store takes no writes until the process is restarted: %w",
 		cause, bus.ErrUnavailable)
 	if w.failed.CompareAndSwap(nil, &err) {
 		w.log.Error("sqlite: FSYNC OF THE WAL FAILED: the last commits may not be on disk and the page cache can no longer be trusted; "+
