@@ -92,7 +92,9 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 	if s == "" || len(s) > maxHandleText {
 		return bus.Handle{}, fmt.Errorf("%w: wrong length", ErrInvalidHandle)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	// Strict: base64url decoding otherwise ignores the spare low bits of
+	// the last character, which would make several texts of one handle.
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return bus.Handle{}, fmt.Errorf("%w: not base64url", ErrInvalidHandle)
 	}
