@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,39 +152,65 @@ func intParam(q map[string][]string, name string, def, lo, hi int) (int, error) 
 	return n, nil
 }
 
+// receiveQuery holds the query parameters of a receive.
+type receiveQuery struct {
+	max, wait, visibility int // messages, seconds, seconds
+	attempt               string
+}
+
+// receiveParams are the query parameters a receive takes, in the order
+// they are checked.
+var receiveParams = []string{"max", "wait", "visibility", "attempt"}
+
+// parseReceiveQuery checks the query string of a receive: every parameter
+// known, given once and within its range. A refusal is pull.bad_request
+// naming the parameter; a query string that is not URL encoding (a bad
+// escape such as "%zz", a ";") is refused too rather than read without the
+// pairs it cannot decode.
+func parseReceiveQuery(raw string) (receiveQuery, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "The query string is not URL encoding (%s); the parameters are max, wait, visibility and attempt.", strings.TrimPrefix(err.Error(), "url: "))
+	}
+	unknown := ""
+	for k := range q {
+		if !slices.Contains(receiveParams, k) && (unknown == "" || k < unknown) {
+			unknown = k // the first in byte order, so that the answer is the same every time
+		}
+	}
+	if unknown != "" {
+		return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; the parameters are max, wait, visibility and attempt.", unknown)
+	}
+	var rq receiveQuery
+	if rq.max, err = intParam(q, "max", 10, 1, 10); err != nil {
+		return receiveQuery{}, err
+	}
+	if rq.wait, err = intParam(q, "wait", 20, 0, 20); err != nil {
+		return receiveQuery{}, err
+	}
+	if rq.visibility, err = intParam(q, "visibility", 60, 0, 43200); err != nil {
+		return receiveQuery{}, err
+	}
+	if v, ok := q["attempt"]; ok {
+		if len(v) != 1 || !attemptText.MatchString(v[0]) {
+			return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
+		}
+		rq.attempt = v[0]
+	}
+	return rq, nil
+}
+
 // receive is GET /v1/tenants/{t}/consumers/{c}/messages.
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	queueID := r.PathValue("c")
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
-	q := r.URL.Query()
-	for k := range q {
-		switch k {
-		case "max", "wait", "visibility", "attempt":
-		default:
-			return bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; the parameters are max, wait, visibility and attempt.", k)
-		}
-	}
-	maxN, err := intParam(q, "max", 10, 1, 10)
+	rq, err := parseReceiveQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
 	}
-	wait, err := intParam(q, "wait", 20, 0, 20)
-	if err != nil {
-		return err
-	}
-	vis, err := intParam(q, "visibility", 60, 0, 43200)
-	if err != nil {
-		return err
-	}
-	attempt := ""
-	if v, ok := q["attempt"]; ok {
-		if len(v) != 1 || !attemptText.MatchString(v[0]) {
-			return bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
-		}
-		attempt = v[0]
-	}
+	maxN, wait, vis, attempt := rq.max, rq.wait, rq.visibility, rq.attempt
 	if wait > 0 {
 		release, ok := s.polls.Acquire(queueID, MaxLongPollsPerConnection)
 		if !ok {
