@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,6 +66,9 @@ func FuzzReceiveQuery(f *testing.F) {
 			t.Fatalf("accepted %q, which is not URL encoding: %v", raw, perr)
 		}
 		for k, vs := range q {
+			if !slices.Contains(receiveParams, k) {
+				t.Fatalf("accepted %q with unknown parameter %q", raw, k)
+			}
 			if len(vs) != 1 {
 				t.Fatalf("accepted %q with %s given %d times", raw, k, len(vs))
 			}

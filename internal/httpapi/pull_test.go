@@ -71,6 +71,7 @@ func TestReceiveParameters(t *testing.T) {
 		// Not URL encoding: refused, not read without the pairs that do not decode.
 		"max=%zz": "query string", "wait=0&max=1%": "query string", "max=1;wait=0": "query string", "%zz=1": "query string",
 		"zz=1&foo=2&max=1": "foo", // the first unknown parameter in byte order, every time
+		"=1":               "Unknown query parameter \"\"", "max=1&=&=": "Unknown query parameter \"\"",
 	}
 	for q, param := range bad {
 		r := n.Do("GET", p.MessagesPath()+"?"+q, p.ConsumTok, nil)

@@ -172,13 +172,13 @@ func parseReceiveQuery(raw string) (receiveQuery, error) {
 	if err != nil {
 		return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "The query string is not URL encoding (%s); the parameters are max, wait, visibility and attempt.", strings.TrimPrefix(err.Error(), "url: "))
 	}
-	unknown := ""
+	unknown, found := "", false
 	for k := range q {
-		if !slices.Contains(receiveParams, k) && (unknown == "" || k < unknown) {
-			unknown = k // the first in byte order, so that the answer is the same every time
+		if !slices.Contains(receiveParams, k) && (!found || k < unknown) {
+			unknown, found = k, true // the first in byte order, so that the answer is the same every time
 		}
 	}
-	if unknown != "" {
+	if found {
 		return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "Unknown query parameter %q; the parameters are max, wait, visibility and attempt.", unknown)
 	}
 	var rq receiveQuery
