@@ -147,6 +147,7 @@ func TestSettleBodies(t *testing.T) {
 			"not JSON":        `{"receipt_handles":[`,
 			"array":           `["x"]`,
 			"trailing":        `{"receipt_handles":["x"]} {}`,
+			"stray bracket":   `{"receipt_handles":["x"]}]`,
 			"empty body":      ``,
 			"delay -1":        `{"receipt_handles":["x"],"delay_seconds":-1}`,
 			"delay 43201":     `{"receipt_handles":["x"],"delay_seconds":43201}`,
