@@ -1,7 +1,9 @@
 # Everyday targets. `make help` lists them.
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 60s
 
-.PHONY: help build run test test-short lint bench ci
+.PHONY: help build run test test-short lint bench fuzz ci
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 build: ## build the sombus binary into ./bin
@@ -17,5 +19,7 @@ lint: ## go vet and golangci-lint
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 bench: ## the message-path benchmarks over HTTP (see docs/benchmarks.md)
 	go test -run '^$$' -bench . -benchtime 3s ./internal/bench/
+fuzz: ## run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
+	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 ci: ## what CI runs
 	bash .ci/run

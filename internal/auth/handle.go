@@ -92,7 +92,13 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 	if s == "" || len(s) > maxHandleText {
 		return bus.Handle{}, fmt.Errorf("%w: wrong length", ErrInvalidHandle)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	// Only the base64url alphabet, decoded strictly: the decoder otherwise
+	// skips "\r" and "\n" and ignores the spare low bits of the last
+	// character, either of which makes several texts of one handle.
+	if !isBase64URL(s) {
+		return bus.Handle{}, fmt.Errorf("%w: not base64url", ErrInvalidHandle)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return bus.Handle{}, fmt.Errorf("%w: not base64url", ErrInvalidHandle)
 	}
@@ -127,4 +133,16 @@ func (c *HandleCodec) mac(b []byte) []byte {
 	m := hmac.New(sha256.New, c.key)
 	m.Write(b)
 	return m.Sum(nil)[:handleMACSize]
+}
+
+// isBase64URL reports whether s holds only characters of the unpadded
+// base64url alphabet.
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -279,7 +279,7 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	if token == "" {
 		return nil, unauthenticated(msgTokenMissing)
 	}
-	if len(token) > maxTokenLength {
+	if len(token) > maxTokenLength || !isTokenText(token) {
 		return nil, unauthenticated(msgTokenMalformed)
 	}
 	// Only ES256 is allowed: ParseSigned refuses any other "alg" header.
@@ -349,6 +349,19 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 		ExpiresAt:         tc.Expiry.Time().UTC(),
 		ID:                tc.ID,
 	}, nil
+}
+
+// isTokenText reports whether token holds only what a compact JWS is
+// made of: base64url characters and dots. The base64 decoders skip "\r"
+// and "\n", which would let a line break inside a token (a signature's,
+// where it is not signed) make a second text of one token.
+func isTokenText(token string) bool {
+	for _, part := range strings.Split(token, ".") {
+		if !isBase64URL(part) {
+			return false
+		}
+	}
+	return true
 }
 
 // es256Size is the size of an ES256 signature: r and s, 32 bytes each.

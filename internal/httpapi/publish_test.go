@@ -447,6 +447,7 @@ func TestPublishBatch(t *testing.T) {
 		"array body":      `[` + string(mpEnv("u", nil)) + `]`,
 		"101 messages":    `{"messages":[` + strings.Repeat(string(mpEnv("u", nil))+",", 100) + string(mpEnv("u", nil)) + `]}`,
 		"trailing object": `{"messages":[` + string(mpEnv("u", nil)) + `]} {}`,
+		"stray brace":     `{"messages":[` + string(mpEnv("u", nil)) + `]}}`,
 	} {
 		r := n.Do("POST", batchPath, p.ProducerTok, body)
 		if r.Status != 400 || r.Rule() != bus.RuleEnvelopeMalformed {

@@ -68,6 +68,10 @@ func TestReceiveParameters(t *testing.T) {
 		"attempt=": "attempt", "attempt=" + strings.Repeat("a", 129): "attempt", "attempt=a%20b": "attempt",
 		"attempt=a%7Fb": "attempt", "attempt=caf%C3%A9": "attempt", "attempt=a%09b": "attempt", "attempt=a&attempt=b": "attempt",
 		"foo=1": "foo", "MAX=1": "MAX", "max=1&waitt=2": "waitt", "delay_seconds=1": "delay_seconds",
+		// Not URL encoding: refused, not read without the pairs that do not decode.
+		"max=%zz": "query string", "wait=0&max=1%": "query string", "max=1;wait=0": "query string", "%zz=1": "query string",
+		"zz=1&foo=2&max=1": "foo", // the first unknown parameter in byte order, every time
+		"=1":               "Unknown query parameter \"\"", "max=1&=&=": "Unknown query parameter \"\"",
 	}
 	for q, param := range bad {
 		r := n.Do("GET", p.MessagesPath()+"?"+q, p.ConsumTok, nil)
@@ -143,6 +147,7 @@ func TestSettleBodies(t *testing.T) {
 			"not JSON":        `{"receipt_handles":[`,
 			"array":           `["x"]`,
 			"trailing":        `{"receipt_handles":["x"]} {}`,
+			"stray bracket":   `{"receipt_handles":["x"]}]`,
 			"empty body":      ``,
 			"delay -1":        `{"receipt_handles":["x"],"delay_seconds":-1}`,
 			"delay 43201":     `{"receipt_handles":["x"],"delay_seconds":43201}`,

@@ -10,37 +10,43 @@ import (
 )
 
 // queryParams reads the query string of r, the one place every route reads
-// its query parameters. Each parameter must be one of allowed and be given
-// at most once (decision 26): a repeat is refused, whatever its value, so
-// that no route has to choose which of two values wins. A pair whose name
-// or value is not a valid percent-encoding is refused too, rather than
-// dropped. Refusals carry rule, the route's bad-request rule, and name the
-// parameter.
+// its query parameters (see parseQuery).
 func queryParams(r *http.Request, rule string, allowed ...string) (map[string]string, error) {
-	params := map[string]string{}
-	rest := r.URL.RawQuery
-	for rest != "" {
-		var pair string
-		pair, rest, _ = strings.Cut(rest, "&")
-		if pair == "" {
+	return parseQuery(r.URL.RawQuery, rule, allowed...)
+}
+
+// parseQuery checks a raw query string and returns its parameters. The
+// whole string must be URL encoding: a bad escape ("%zz") or a ";" is
+// refused rather than read without the pairs that do not decode. Each
+// parameter must be one of allowed (the first unknown one in byte order is
+// named, so the answer is the same every time) and be given at most once
+// (decision 26): a repeat is refused, whatever its value, so that no route
+// has to choose which of two values wins. Refusals carry rule, the route's
+// bad-request rule, and name the parameter.
+func parseQuery(raw, rule string, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, bus.Errorf(rule, "The query string is not URL encoding (%s); %s", strings.TrimPrefix(err.Error(), "url: "), parameterList(allowed))
+	}
+	unknown, found := "", false
+	for k := range q {
+		if !slices.Contains(allowed, k) && (!found || k < unknown) {
+			unknown, found = k, true
+		}
+	}
+	if found {
+		return nil, bus.Errorf(rule, "Unknown query parameter %q; %s", unknown, parameterList(allowed))
+	}
+	params := make(map[string]string, len(q))
+	for _, k := range allowed { // in the route's order, so the answer is the same every time
+		vs, ok := q[k]
+		if !ok {
 			continue
 		}
-		rawKey, rawValue, _ := strings.Cut(pair, "=")
-		key, err := url.QueryUnescape(rawKey)
-		if err != nil {
-			return nil, bus.Errorf(rule, "The query parameter name %q is not valid percent-encoding.", rawKey)
+		if len(vs) > 1 {
+			return nil, bus.Errorf(rule, "%s is given more than once; give each query parameter at most once.", k)
 		}
-		if !slices.Contains(allowed, key) {
-			return nil, bus.Errorf(rule, "Unknown query parameter %q; %s", key, parameterList(allowed))
-		}
-		if _, seen := params[key]; seen {
-			return nil, bus.Errorf(rule, "%s is given more than once; give each query parameter at most once.", key)
-		}
-		value, err := url.QueryUnescape(rawValue)
-		if err != nil {
-			return nil, bus.Errorf(rule, "%s is not valid percent-encoding.", key)
-		}
-		params[key] = value
+		params[k] = vs[0]
 	}
 	return params, nil
 }

@@ -323,6 +323,8 @@ func refuseBodies(t *testing.T, n *node, method, path string) {
 		{"null", `null`, "application/json", []string{"object"}},
 		{"string", `"x"`, "application/json", []string{"object"}},
 		{"trailing data", `{} {}`, "application/json", []string{"one JSON object"}},
+		{"stray brace after", `{} }`, "application/json", []string{"one JSON object"}},
+		{"stray bracket after", `{}]`, "application/json", []string{"one JSON object"}},
 		{"text/plain", `{}`, "text/plain", []string{"Content-Type"}},
 		{"form", `name=x`, "application/x-www-form-urlencoded", []string{"Content-Type"}},
 		{"no content type", `{}`, "", []string{"Content-Type"}},

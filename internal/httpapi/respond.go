@@ -170,7 +170,9 @@ func decodeStrictOuter(b []byte, v any, rule string, outer int) error {
 	if err := dec.Decode(v); err != nil {
 		return bus.Errorf(rule, "%s", describeJSONError(err))
 	}
-	if dec.More() {
+	// Only whitespace may follow. (dec.More() would not do: it reports no
+	// more after a stray "}" or "]", so "{} }" passed as one object.)
+	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 		return bus.Errorf(rule, "The request body must hold one JSON object and nothing after it.")
 	}
 	if bytes.TrimSpace(b)[0] != '{' {

@@ -150,35 +150,55 @@ func intParam(q map[string]string, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// receiveQuery holds the query parameters of a receive.
+type receiveQuery struct {
+	max, wait, visibility int // messages, seconds, seconds
+	attempt               string
+}
+
+// receiveParams are the query parameters a receive takes, in the order
+// they are checked.
+var receiveParams = []string{"max", "wait", "visibility", "attempt"}
+
+// parseReceiveQuery checks the query string of a receive (see
+// parseQuery) and reads its parameters, each within its range. A refusal
+// is pull.bad_request naming the parameter, or the query string when it
+// is not URL encoding.
+func parseReceiveQuery(raw string) (receiveQuery, error) {
+	q, err := parseQuery(raw, bus.RulePullBadRequest, receiveParams...)
+	if err != nil {
+		return receiveQuery{}, err
+	}
+	var rq receiveQuery
+	if rq.max, err = intParam(q, "max", 10, 1, 10); err != nil {
+		return receiveQuery{}, err
+	}
+	if rq.wait, err = intParam(q, "wait", 20, 0, 20); err != nil {
+		return receiveQuery{}, err
+	}
+	if rq.visibility, err = intParam(q, "visibility", 60, 0, 43200); err != nil {
+		return receiveQuery{}, err
+	}
+	if v, ok := q["attempt"]; ok {
+		if !attemptText.MatchString(v) {
+			return receiveQuery{}, bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
+		}
+		rq.attempt = v
+	}
+	return rq, nil
+}
+
 // receive is GET /v1/tenants/{t}/consumers/{c}/messages.
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	queueID := r.PathValue("c")
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
-	q, err := queryParams(r, bus.RulePullBadRequest, "max", "wait", "visibility", "attempt")
+	rq, err := parseReceiveQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
 	}
-	maxN, err := intParam(q, "max", 10, 1, 10)
-	if err != nil {
-		return err
-	}
-	wait, err := intParam(q, "wait", 20, 0, 20)
-	if err != nil {
-		return err
-	}
-	vis, err := intParam(q, "visibility", 60, 0, 43200)
-	if err != nil {
-		return err
-	}
-	attempt := ""
-	if v, ok := q["attempt"]; ok {
-		if !attemptText.MatchString(v) {
-			return bus.Errorf(bus.RulePullBadRequest, "attempt must be 1 to 128 printable ASCII characters without spaces.")
-		}
-		attempt = v
-	}
+	maxN, wait, vis, attempt := rq.max, rq.wait, rq.visibility, rq.attempt
 	if wait > 0 {
 		release, ok := s.polls.Acquire(queueID, MaxLongPollsPerConnection)
 		if !ok {

@@ -6,34 +6,74 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/store/postgres"
 	"github.com/sombus/sombus/internal/store/sqlite"
 )
 
+// The kinds of store.
+const (
+	KindSQLite   = "sqlite"
+	KindPostgres = "postgres"
+)
+
+// Spec is a checked --store value.
+type Spec struct {
+	Kind string // KindSQLite or KindPostgres
+	// Path is the SQLite database file (without its parameters).
+	Path string
+	// Target is what the store's Open takes: for SQLite the path with its
+	// parameters, for PostgreSQL the URL.
+	Target string
+}
+
+// ParseSpec checks a --store value without opening anything. A refusal
+// says what is wrong and never repeats a password the value holds.
+func ParseSpec(spec string) (Spec, error) {
+	switch {
+	case strings.HasPrefix(spec, "sqlite:"):
+		target := strings.TrimPrefix(spec, "sqlite:")
+		if target == "" {
+			return Spec{}, errors.New("--store sqlite: needs a path, as in sqlite:./sombus.db")
+		}
+		path, err := sqlite.ParseSpec(target)
+		if err != nil {
+			return Spec{}, err
+		}
+		return Spec{Kind: KindSQLite, Path: path, Target: target}, nil
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		if _, err := pgxpool.ParseConfig(spec); err != nil {
+			// pgx writes the URL into its errors with the password masked.
+			return Spec{}, fmt.Errorf("postgres: parse url: %w", err)
+		}
+		return Spec{Kind: KindPostgres, Target: spec}, nil
+	}
+	return Spec{}, errors.New("--store must be sqlite:PATH or a postgres:// URL")
+}
+
 // Open opens the store spec names. On error the store is nil (not a nil
 // pointer in a non-nil interface).
 func Open(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error) {
-	switch {
-	case strings.HasPrefix(spec, "sqlite:"):
-		path := strings.TrimPrefix(spec, "sqlite:")
-		if path == "" {
-			return nil, errors.New("--store sqlite: needs a path, as in sqlite:./sombus.db")
-		}
-		s, err := sqlite.Open(ctx, path, log)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		s, err := postgres.Open(ctx, spec, log)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("--store must be sqlite:PATH or a postgres:// URL")
+	if s.Kind == KindSQLite {
+		st, err := sqlite.Open(ctx, s.Target, log)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	st, err := postgres.Open(ctx, s.Target, log)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }

@@ -146,18 +146,35 @@ func parseOptions(spec string) (string, options, error) {
 	return path, o, nil
 }
 
-func open(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy) (*Store, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+// ParseSpec checks a store spec as Open takes it (a path, perhaps with
+// parameters) without opening anything, and returns the path.
+func ParseSpec(spec string) (string, error) {
+	path, _, err := splitSpec(spec)
+	return path, err
+}
+
+// splitSpec splits a spec into its path and options, refusing a path that
+// does not name a file.
+func splitSpec(spec string) (string, options, error) {
 	path, opts, err := parseOptions(spec)
 	if err != nil {
-		return nil, err
+		return "", opts, err
 	}
 	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") || path == ":memory:" {
 		// The driver reads "?" as the start of parameters, and the read pool
 		// must see the same file as the writer (not a private memory db).
-		return nil, fmt.Errorf("sqlite: path %q must name a file, without '#'", path)
+		return "", opts, fmt.Errorf("sqlite: path %q must name a file, without '#'", path)
+	}
+	return path, opts, nil
+}
+
+func open(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	path, opts, err := splitSpec(spec)
+	if err != nil {
+		return nil, err
 	}
 	ms, err := loadMigrations()
 	if err != nil {

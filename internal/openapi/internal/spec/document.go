@@ -106,7 +106,7 @@ func wsStoreUnavailable() obj {
 var pullParams = []obj{paramRef("tenant"), paramRef("consumer")}
 
 func pullBadRequest(d string) obj {
-	return refusal(d+" Decision: the pull routes refuse any query parameter they do not define.", rl, "pull.bad_request")
+	return refusal(d+" Decision: the pull routes refuse any query parameter they do not define, and a query string that is not URL encoding.", rl, "pull.bad_request")
 }
 
 // ---- management ----
