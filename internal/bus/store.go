@@ -46,6 +46,19 @@ type Store interface {
 	// with receive counts starting again, and writes p.Audit.
 	DeadLetterRedrive(ctx context.Context, p *RedriveParams) (int, error)
 
+	// QueueSample records one sample of every consumer queue's counts, as
+	// QueueStats counts them as of p.Now, under the time p.At, in one
+	// statement. A queue that already has a sample at p.At keeps it, and
+	// when any queue has one the call writes nothing (another node sampled
+	// this interval). It returns how many samples it wrote.
+	QueueSample(ctx context.Context, p *QueueSampleParams) (int, error)
+	// QueueSamplePrune deletes the samples recorded before before and
+	// returns how many went.
+	QueueSamplePrune(ctx context.Context, before time.Time) (int, error)
+	// QueueSamples reads one queue's samples recorded at or after since,
+	// oldest first.
+	QueueSamples(ctx context.Context, queueID string, since time.Time) ([]QueueSample, error)
+
 	// Maintain does the background work: dead-letter moves of expired
 	// exhausted heads, retention, and expiry of attempt ids, ack records
 	// and dedup records. It returns the queues that got a ready message.

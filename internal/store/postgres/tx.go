@@ -253,6 +253,7 @@ func (t *mgmtTx) ConnectionDelete(id string) error {
 		`DELETE FROM attempts WHERE queue_id = $1`,
 		`DELETE FROM ack_records WHERE queue_id = $1`,
 		`DELETE FROM skills WHERE connection_id = $1`,
+		`DELETE FROM queue_samples WHERE queue_id = $1`,
 	} {
 		if err := t.exec(sql, id); err != nil {
 			return err

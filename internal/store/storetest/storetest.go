@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"DeadLetters", deadLetterTests},
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
+		{"QueueSamples", sampleTests},
 		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},
