@@ -127,6 +127,9 @@ type Tx interface {
 	// before is ""); a before that is not an entry of this listing gives an
 	// empty page.
 	AuditList(workspaceID string, limit int, before string) ([]AuditEntry, error)
+	// AuditSearch lists a workspace's audit entries as AuditList does,
+	// keeping only those that match every filter of q that is set.
+	AuditSearch(q AuditQuery) ([]AuditEntry, error)
 
 	SigningKeyList() ([]SigningKey, error)
 	// SigningKeyCreate inserts a key; ErrConflict if its id exists.
@@ -134,6 +137,19 @@ type Tx interface {
 	// ServerSecret returns the named server-wide secret, creating it from
 	// fresh when absent (the first caller's value wins on every node).
 	ServerSecret(name string, fresh []byte) ([]byte, error)
+}
+
+// AuditQuery selects a page of a workspace's audit entries: those after
+// Before (as in AuditList) that match every filter that is set.
+type AuditQuery struct {
+	WorkspaceID string    // "" for the entries of no workspace
+	Limit       int       // at most this many; all when 0 or less
+	Before      string    // an entry id; "" for the first page
+	Actor       string    // the acting user's id; "" for any
+	Action      string    // "" for any
+	Target      string    // "" for any
+	From        time.Time // entries at or after it; zero for no bound
+	To          time.Time // entries before it; zero for no bound
 }
 
 // ConnectionPosition is where a connection stands in its workspace's

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
 		{"QueueSamples", sampleTests},
+		{"AuditSearch", auditSearchTests},
 		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},
