@@ -102,7 +102,9 @@ func testSessions(e *env) {
 		e.wantErr("SessionGet of an unknown token", err, bus.ErrNotFound)
 		return nil
 	})
-	e.update(func(tx bus.Tx) error { return tx.SessionTouch(tokenHash("one"), at(30*time.Minute+123*time.Millisecond)) })
+	e.update(func(tx bus.Tx) error {
+		return tx.SessionTouch(tokenHash("one"), at(30*time.Minute+123*time.Millisecond))
+	})
 	e.view(func(tx bus.Tx) error {
 		got, err := tx.SessionGet(tokenHash("one"))
 		if err != nil || !got.LastSeenAt.Equal(at(30*time.Minute+123*time.Millisecond)) || !got.CreatedAt.Equal(at(0)) {
