@@ -16,6 +16,9 @@ import (
 type Actor struct {
 	User  User
 	Roles map[string]Role // workspace id -> role
+	// Session is the token hash of the portal session the user acts
+	// through; nil for an API key.
+	Session []byte
 }
 
 // Overlaps are the allowed overlaps of a rotation.

@@ -16,6 +16,11 @@ type Credentials interface {
 	NewAPIKey() (plain string, hash []byte)
 	// Hash returns the hash kept for a secret or API key.
 	Hash(plain string) []byte
+	// HashPassword returns the slow, salted hash kept for a password.
+	HashPassword(password string) string
+	// PasswordMatches reports whether password hashes to hash; an empty
+	// hash (no password set) never matches, after the same work.
+	PasswordMatches(password, hash string) bool
 }
 
 // HandleCodec turns handles into unforgeable receipt handles and back.

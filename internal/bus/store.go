@@ -86,6 +86,30 @@ type Tx interface {
 	// UserByAPIKeyHash finds the owner of an API key.
 	UserByAPIKeyHash(hash []byte) (User, error)
 	APIKeyCreate(k APIKey) error
+	// UserByEmail finds a user by email, compared without regard to case.
+	UserByEmail(email string) (User, error)
+	// UserPasswordSet keeps hash (a PHC string) as the user's password
+	// hash, replacing any; ErrNotFound if the user does not exist.
+	UserPasswordSet(userID, hash string) error
+	// UserPasswordGet returns the user's password hash, "" when none was
+	// set; ErrNotFound if the user does not exist.
+	UserPasswordGet(userID string) (string, error)
+
+	// SessionCreate inserts a portal session; ErrConflict if its token
+	// hash exists.
+	SessionCreate(s Session) error
+	// SessionGet finds a session by the hash of its token.
+	SessionGet(tokenHash []byte) (Session, error)
+	// SessionTouch sets a session's LastSeenAt; ErrNotFound if none.
+	SessionTouch(tokenHash []byte, at time.Time) error
+	// SessionDelete removes a session; ErrNotFound if none.
+	SessionDelete(tokenHash []byte) error
+	// SessionDeleteUser removes every session of a user but the one whose
+	// token hash is keep (nil keeps none) and says how many it removed.
+	SessionDeleteUser(userID string, keep []byte) (int, error)
+	// SessionDeleteExpired removes the sessions last seen before idleBefore
+	// or created before createdBefore and says how many it removed.
+	SessionDeleteExpired(idleBefore, createdBefore time.Time) (int, error)
 
 	WorkspaceCreate(w Workspace) error
 	WorkspaceGet(id string) (Workspace, error)

@@ -51,6 +51,7 @@ type group struct {
 func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 	groups := []group{
 		{"Management", managementTests},
+		{"Sessions", sessionTests},
 		{"Publish", publishTests},
 		{"Receive", receiveTests},
 		{"Ack", ackTests},
