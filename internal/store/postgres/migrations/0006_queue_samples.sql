@@ -1,4 +1,4 @@
--- 0005: samples of every consumer queue's counts, taken by the bus every
+-- 0006: samples of every consumer queue's counts, taken by the bus every
 -- few seconds and kept for a day, for the portal's queue chart. at is the
 -- start of the sampling interval (unix milliseconds): the primary key makes
 -- the nodes that sample the same interval write it once.

@@ -1,4 +1,4 @@
--- 0002: samples of every consumer queue's counts, taken by the bus every
+-- 0003: samples of every consumer queue's counts, taken by the bus every
 -- few seconds and kept for a day, for the portal's queue chart. at is the
 -- start of the sampling interval (unix milliseconds), so one interval has
 -- one sample a queue.
