@@ -24,6 +24,7 @@ func (p *Portal) routes() {
 	p.action("POST "+Prefix+"workspaces/{t}/members/{u}/remove", p.removeMember)
 	p.page("GET "+Prefix+"password", p.passwordPage)
 	p.action("POST "+Prefix+"password", p.setPassword)
+	p.connectionRoutes()
 }
 
 // --- sign in and out

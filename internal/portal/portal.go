@@ -51,6 +51,7 @@ import (
 
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/limits"
 )
 
 //go:embed templates/*.html
@@ -90,6 +91,12 @@ type Config struct {
 	// Sessions bounds sessions (zero fields: bus's defaults).
 	Sessions bus.SessionPolicy
 	Logger   *slog.Logger
+	// TierNames are the quota tiers the create form offers (nil: only
+	// "standard").
+	TierNames []string
+	// Usage reads a connection's requests today against its daily quota
+	// (nil: the connection page does not show it).
+	Usage func(ctx context.Context, c bus.Connection) (limits.Usage, error)
 }
 
 // Portal is the web portal, an http.Handler for the paths under Prefix.

@@ -51,6 +51,16 @@ var notices = map[string]string{
 	"member-set":        "Role saved.",
 	"member-removed":    "Member removed.",
 	"password-set":      "Password saved. Your other sessions were signed out.",
+	// The connection pages.
+	"connection-created":  "Connection created. Press Get client secret to give it credentials.",
+	"connection-removed":  "Connection removed, with its queue and dead letters.",
+	"connection-revoked":  "Connection revoked: its tokens stop working and it gets no new ones until restored.",
+	"connection-restored": "Connection restored: it can get tokens again.",
+	"previous-stopped":    "The old secret stopped working. Only the current secret gets tokens now.",
+	"secret-revoked":      "Secret revoked: the connection has no working secret until you get a new one.",
+	"redriven-0":          "Nothing to redrive: those dead letters were already gone.",
+	"redriven-1":          "Redriven: the messages are back at the end of their stories, with their receive counts starting again.",
+	"purged":              "Queue purged: every message waiting in it was dropped (dead letters stay).",
 }
 
 // templates holds one template set per page, each with the layout.
@@ -104,6 +114,9 @@ type WorkspaceSection struct {
 // workspaceSections are the tabs shown on every workspace page, in order.
 var workspaceSections = []WorkspaceSection{
 	{Key: "members", Label: "Members", Path: ""},
+	{Key: "consumers", Label: "Consumers", Path: "/consumers"},
+	{Key: "producers", Label: "Producers", Path: "/producers"},
+	{Key: "audit", Label: "Audit log", Path: "/audit"},
 }
 
 // parseTemplates reads the layout and every page.

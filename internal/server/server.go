@@ -271,7 +271,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	web, err := portal.New(portal.Config{
 		Service: s.svc, Failures: signinFailures, Logger: log,
-		Secure: cfg.TLSCert != "" || strings.HasPrefix(strings.ToLower(cfg.PublicURL), "https://"),
+		Secure:    cfg.TLSCert != "" || strings.HasPrefix(strings.ToLower(cfg.PublicURL), "https://"),
+		TierNames: tiers.Names(),
+		// The usage the management API's usage route shows, from the same
+		// limiter and tiers.
+		Usage: func(ctx context.Context, c bus.Connection) (limits.Usage, error) {
+			tier, ok := tiers.Get(c.QuotaTier)
+			if !ok {
+				tier, _ = tiers.Get(limits.StandardTier)
+			}
+			return limiter.Usage(ctx, c.ID, tier, s.svc.Clock().Now())
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("portal: %w", err)
