@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -261,10 +262,8 @@ func (p *Portal) showConnection(w http.ResponseWriter, r *http.Request, s *Sessi
 // pullCommands are the curl commands of the pull API (consumers) or of
 // publishing (producers), filled in with a just issued secret.
 func pullCommands(is bus.SecretIssued, kind bus.ConnectionKind) []command {
-	token := fmt.Sprintf(`TOKEN=$(curl -s -X POST %s \
-  -d grant_type=client_credentials \
-  -d client_id=%s \
-  -d 'client_secret=%s' | sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p')`, is.TokenURL, is.ClientID, is.ClientSecret)
+	token := fmt.Sprintf(`TOKEN=$(curl -s %s \
+  -u '%s:%s' -d grant_type=client_credentials | jq -r .access_token)`, is.TokenURL, is.ClientID, is.ClientSecret)
 	cmds := []command{{ID: "cmd-token", Label: "Get an access token", Text: token}}
 	if kind == bus.KindProducer {
 		return append(cmds, command{ID: "cmd-publish", Label: "Publish a message", Text: fmt.Sprintf(`curl -s -X POST %s \
@@ -499,8 +498,8 @@ type auditRow struct {
 	Details    string
 }
 
-// NextQuery is the query of the next page: the filters and the cursor.
-func (d auditData) NextQuery() string {
+// NextHref is the link to the next page: the filters and the cursor.
+func (d auditData) NextHref() template.URL {
 	q := url.Values{}
 	for k, v := range d.Filter {
 		if k != "cursor" && len(v) > 0 && v[0] != "" {
@@ -508,7 +507,7 @@ func (d auditData) NextQuery() string {
 		}
 	}
 	q.Set("cursor", d.NextCursor)
-	return q.Encode()
+	return template.URL("?" + q.Encode()) //nolint:gosec // a query of encoded values, relative to this page
 }
 
 // auditActions are the actions the bus writes, for the action filter.
