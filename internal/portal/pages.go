@@ -183,11 +183,10 @@ func (p *Portal) showWorkspaces(w http.ResponseWriter, r *http.Request, s *Sessi
 func (p *Portal) createWorkspace(w http.ResponseWriter, r *http.Request, s *Session) error {
 	ws, err := p.svc.CreateWorkspace(r.Context(), s.Actor, r.PostForm.Get("name"))
 	if err != nil {
-		if msg, ok := p.errorText(r, err); ok {
-			e, _ := bus.AsError(err)
-			return p.showWorkspaces(w, r, s, e.Status, View{Error: msg, ErrorForm: "create", Form: r.PostForm})
+		if e, ok := bus.AsError(err); ok && e.Status != http.StatusForbidden {
+			return p.showWorkspaces(w, r, s, e.Status, View{Error: refusalText(e), ErrorForm: "create", Form: r.PostForm})
 		}
-		return err
+		return err // not an operator: the form is not theirs to see
 	}
 	p.redirect(w, r, Prefix+"workspaces/"+url.PathEscape(ws.ID), "workspace-created")
 	return nil

@@ -332,15 +332,6 @@ func refusalText(e *bus.Error) string {
 	return strings.Join(msgs, " ")
 }
 
-// errorText is the text of an error to show next to a form: a refusal's
-// messages, or a generic line for an internal error (logged).
-func (p *Portal) errorText(r *http.Request, err error) (string, bool) {
-	if e, ok := bus.AsError(err); ok {
-		return refusalText(e), true
-	}
-	return "", false
-}
-
 // redirect answers a successful form with 303 See Other to path, with a
 // notice code the page shows (see notices).
 func (p *Portal) redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
