@@ -253,7 +253,7 @@ func (p *Portal) toSignIn(w http.ResponseWriter, r *http.Request, ended bool) {
 		}
 		q += "ended=1"
 	}
-	http.Redirect(w, r, Prefix+"signin"+q, http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"signin"+q, http.StatusSeeOther) //nolint:gosec // a portal path; next is checked by safeNext and escaped
 }
 
 // readForm parses a form body of at most maxFormBytes; false when it
@@ -286,12 +286,14 @@ func tokensEqual(got, want string) bool {
 
 // setCookie sets a portal cookie.
 func (p *Portal) setCookie(w http.ResponseWriter, name, value string, maxAge time.Duration) {
+	//nolint:gosec // Secure is on whenever the portal is reached over HTTPS (TLS or an https public URL)
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: p.cfg.Secure,
 		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge / time.Second)})
 }
 
 // clearCookie removes a portal cookie.
 func (p *Portal) clearCookie(w http.ResponseWriter, name string) {
+	//nolint:gosec // as in setCookie
 	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: Prefix, HttpOnly: true, Secure: p.cfg.Secure,
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})
 }

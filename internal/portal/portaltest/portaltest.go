@@ -210,7 +210,7 @@ func (e *Env) waitNewPage() chromedp.Action[chromedp.Void] {
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("wait for the next page: %w (last error: %v)", ctx.Err(), err)
+				return fmt.Errorf("wait for the next page: %w (last error: %w)", ctx.Err(), err)
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -351,7 +351,7 @@ func (e *Env) Screenshot(name string) {
 	if dir == "" {
 		return
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // screenshots are for people to look at
 		e.T.Fatal(err)
 	}
 	for _, size := range []struct {
@@ -368,7 +368,7 @@ func (e *Env) Screenshot(name string) {
 				return err
 			}),
 		)
-		if err := os.WriteFile(filepath.Join(dir, name+"-"+size.label+".png"), png, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name+"-"+size.label+".png"), png, 0o644); err != nil { //nolint:gosec // screenshots are for people to look at
 			e.T.Fatal(err)
 		}
 	}
