@@ -222,6 +222,14 @@ func (p *Portal) signedIn(h handler, form bool) http.Handler {
 			return
 		}
 		s := &Session{Actor: a, CSRF: sess.CSRFToken}
+		for _, name := range []string{"t", "c", "u"} {
+			// An id no store could hold (not UTF-8, a control character)
+			// is no workspace, connection or user: never sent to a store.
+			if v := r.PathValue(name); v != "" && !bus.PlainText(v) {
+				p.renderError(w, r, s, http.StatusNotFound, "Not found", "There is nothing at this address.")
+				return
+			}
+		}
 		if form {
 			if !p.readForm(w, r, s) {
 				return
