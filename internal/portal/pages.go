@@ -40,7 +40,7 @@ type signinData struct {
 func (p *Portal) signinPage(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
 		if _, _, err := p.svc.AuthenticateSession(r.Context(), c.Value, p.cfg.Sessions); err == nil {
-			http.Redirect(w, r, p.nextOf(r.URL.Query().Get("next")), http.StatusSeeOther)
+			http.Redirect(w, r, p.nextOf(r.URL.Query().Get("next")), http.StatusSeeOther) //nolint:gosec // nextOf keeps only portal paths (safeNext)
 			return
 		}
 	}
@@ -120,7 +120,7 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	p.setCookie(w, sessionCookie, token, p.cfg.Sessions.Absolute)
 	p.clearCookie(w, signinCookie)
-	http.Redirect(w, r, p.nextOf(next), http.StatusSeeOther)
+	http.Redirect(w, r, p.nextOf(next), http.StatusSeeOther) //nolint:gosec // nextOf keeps only portal paths (safeNext)
 }
 
 // nextOf is where to go after signing in.
@@ -184,11 +184,10 @@ func (p *Portal) showWorkspaces(w http.ResponseWriter, r *http.Request, s *Sessi
 func (p *Portal) createWorkspace(w http.ResponseWriter, r *http.Request, s *Session) error {
 	ws, err := p.svc.CreateWorkspace(r.Context(), s.Actor, r.PostForm.Get("name"))
 	if err != nil {
-		if msg, ok := p.errorText(r, err); ok {
-			e, _ := bus.AsError(err)
-			return p.showWorkspaces(w, r, s, e.Status, View{Error: msg, ErrorForm: "create", Form: r.PostForm})
+		if e, ok := bus.AsError(err); ok && e.Status != http.StatusForbidden {
+			return p.showWorkspaces(w, r, s, e.Status, View{Error: refusalText(e), ErrorForm: "create", Form: r.PostForm})
 		}
-		return err
+		return err // not an operator: the form is not theirs to see
 	}
 	p.redirect(w, r, Prefix+"workspaces/"+url.PathEscape(ws.ID), "workspace-created")
 	return nil

@@ -229,6 +229,14 @@ func (p *Portal) signedIn(h handler, form bool) http.Handler {
 			return
 		}
 		s := &Session{Actor: a, CSRF: sess.CSRFToken}
+		for _, name := range []string{"t", "c", "u"} {
+			// An id no store could hold (not UTF-8, a control character)
+			// is no workspace, connection or user: never sent to a store.
+			if v := r.PathValue(name); v != "" && !bus.PlainText(v) {
+				p.renderError(w, r, s, http.StatusNotFound, "Not found", "There is nothing at this address.")
+				return
+			}
+		}
 		if form {
 			if !p.readForm(w, r, s) {
 				return
@@ -260,7 +268,7 @@ func (p *Portal) toSignIn(w http.ResponseWriter, r *http.Request, ended bool) {
 		}
 		q += "ended=1"
 	}
-	http.Redirect(w, r, Prefix+"signin"+q, http.StatusSeeOther)
+	http.Redirect(w, r, Prefix+"signin"+q, http.StatusSeeOther) //nolint:gosec // a portal path; next is checked by safeNext and escaped
 }
 
 // readForm parses a form body of at most maxFormBytes; false when it
@@ -293,12 +301,14 @@ func tokensEqual(got, want string) bool {
 
 // setCookie sets a portal cookie.
 func (p *Portal) setCookie(w http.ResponseWriter, name, value string, maxAge time.Duration) {
+	//nolint:gosec // Secure is on whenever the portal is reached over HTTPS (TLS or an https public URL)
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: p.cfg.Secure,
 		SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge / time.Second)})
 }
 
 // clearCookie removes a portal cookie.
 func (p *Portal) clearCookie(w http.ResponseWriter, name string) {
+	//nolint:gosec // as in setCookie
 	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: Prefix, HttpOnly: true, Secure: p.cfg.Secure,
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})
 }
@@ -337,15 +347,6 @@ func refusalText(e *bus.Error) string {
 		msgs = append(msgs, v.Message)
 	}
 	return strings.Join(msgs, " ")
-}
-
-// errorText is the text of an error to show next to a form: a refusal's
-// messages, or a generic line for an internal error (logged).
-func (p *Portal) errorText(r *http.Request, err error) (string, bool) {
-	if e, ok := bus.AsError(err); ok {
-		return refusalText(e), true
-	}
-	return "", false
 }
 
 // redirect answers a successful form with 303 See Other to path, with a

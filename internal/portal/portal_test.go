@@ -253,3 +253,102 @@ func TestPortalSessionExpires(t *testing.T) {
 		t.Fatalf("past 12 hours: %d, want a redirect to sign in", resp.StatusCode)
 	}
 }
+
+func TestPortalSignInFailureLimit(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	// 20 failures a minute for one email (in any case) block it, even with
+	// the right password, and the refusal says how long to wait.
+	for i := range 20 {
+		email := "operator@localhost"
+		if i%2 == 1 {
+			email = "OPERATOR@localhost"
+		}
+		if resp := b.signIn(email, "wrong password number"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp := b.signIn("operator@localhost", operatorPassword)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(b.last, "Too many failed sign-ins") {
+		t.Fatalf("21st attempt: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// An unknown email is limited alike: the answer does not tell.
+	for range 20 {
+		b.signIn("nobody@example.com", "wrong password number")
+	}
+	if resp := b.signIn("nobody@example.com", "wrong password number"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("unknown email past the limit: %d, want 429 as for a known one", resp.StatusCode)
+	}
+	// After the window the right password signs in.
+	n.ManualClock().Advance(time.Minute)
+	if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after the window: %d", resp.StatusCode)
+	}
+}
+
+func TestPortalSecureCookieWithHTTPSPublicURL(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{PublicURL: "https://bus.example.com"})
+	setPassword(t, n, "", operatorPassword)
+	b := newBrowser(t, n)
+	// The jar keeps Secure cookies away from http: read Set-Cookie itself.
+	resp := b.do("GET", "/portal/signin", nil)
+	var signin *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sombus_signin" {
+			signin = c
+		}
+	}
+	if signin == nil || !signin.Secure || !signin.HttpOnly {
+		t.Fatalf("sign-in form cookie %+v: want Secure and HttpOnly", signin)
+	}
+	req, _ := http.NewRequest("POST", n.URL+"/portal/signin", strings.NewReader(url.Values{
+		"csrf": {signin.Value}, "email": {"operator@localhost"}, "password": {operatorPassword}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(signin)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	var sess *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sombus_session" {
+			sess = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || sess == nil || !sess.Secure || !sess.HttpOnly || sess.SameSite != http.SameSiteLaxMode || sess.Path != "/portal/" {
+		t.Fatalf("sign in: %d, session cookie %+v", resp.StatusCode, sess)
+	}
+}
+
+func TestPortalErrorPagesHaveHeaders(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.signIn("operator@localhost", operatorPassword)
+	for path, want := range map[string]int{
+		"/portal/nothing-here":                              http.StatusNotFound,
+		"/portal/workspaces/w00000000000000000000000000":    http.StatusNotFound,
+		"/portal/workspaces/" + url.PathEscape("bad\x01id"): http.StatusNotFound,
+	} {
+		resp := b.do("GET", path, nil)
+		if resp.StatusCode != want || resp.Header.Get("Content-Security-Policy") != portal.ContentSecurityPolicy ||
+			resp.Header.Get("Cache-Control") != "no-store" || !strings.Contains(b.last, "<h1") {
+			t.Errorf("%s: %d, CSP %q, want %d with the portal's headers and an error page", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), want)
+		}
+	}
+	resp := b.do("DELETE", "/portal/", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("DELETE /portal/: %d", resp.StatusCode)
+	}
+	// A "next" outside the portal is ignored after signing in.
+	b2 := newBrowser(t, n)
+	b2.do("GET", "/portal/signin?next="+url.QueryEscape("//evil.example/portal/"), nil)
+	if strings.Contains(b2.last, "evil.example") {
+		t.Error("the sign-in page carries a next address outside the portal")
+	}
+	resp = b2.do("POST", "/portal/signin", url.Values{"csrf": {b2.csrf()}, "email": {"operator@localhost"}, "password": {operatorPassword},
+		"next": {"https://evil.example/"}})
+	if resp.Header.Get("Location") != "/portal/" {
+		t.Errorf("next outside the portal: redirected to %q", resp.Header.Get("Location"))
+	}
+}
