@@ -156,7 +156,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 	e.Go(conn)
 	e.WantText("Dead letters")
 	e.ClickAndWait(`a[href$="/dead-letters"].btn`)
-	e.WantText("Dead letters of", "order-17", "1 times")
+	e.WantText("Dead letters of", "order-17", "Deliveries")
 	e.Do(chromedp.Click(chromedp.CSS("li.deadletter summary"))) // open the envelope
 	if env := e.Text("li.deadletter pre"); !strings.Contains(env, `"sku": "A-1"`) {
 		t.Fatalf("envelope not pretty-printed: %q", env)

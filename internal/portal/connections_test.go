@@ -183,7 +183,7 @@ func TestDeadLetterPages(t *testing.T) {
 	}
 	deadLetter()
 	b.wantStatus("dead letters", b.do("GET", conn+"/dead-letters", nil), 200)
-	b.wantText("m-1", "m-2", "m-3", "Received", "1 times", "Redrive all", "Purge queue", `"payload": {`+"\n"+`    "n": "m-1"`)
+	b.wantText("m-1", "m-2", "m-3", "Deliveries", "Redrive all", "Purge queue", `"payload": {`+"\n"+`    "n": "m-1"`)
 
 	b.follow(b.post(conn+"/dead-letters/redrive", url.Values{"message_id": {"m-2"}}))
 	b.wantText("Redriven")
