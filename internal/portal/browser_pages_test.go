@@ -72,6 +72,10 @@ func TestBrowserConsumerConnection(t *testing.T) {
 	ws := e.Workspace("Shop")
 	e.SignIn(portaltest.OperatorEmail, portaltest.OperatorPassword)
 
+	e.Go("/portal/")
+	checkAccessible(e, "workspaces")
+	e.Go("/portal/workspaces/" + ws)
+	checkAccessible(e, "members")
 	e.Go("/portal/workspaces/" + ws + "/consumers")
 	e.WantText("No consumer connections yet")
 	checkAccessible(e, "consumers (empty)")
@@ -190,6 +194,24 @@ func TestBrowserDeadLetters(t *testing.T) {
 	e.Select("#f-conn", p.Producer)
 	e.ClickAndWait("#apply-filter")
 	e.WantText("No entries")
+
+	// A viewer forcing an admin's button into the page is refused.
+	vid, _ := e.User("Vic Viewer", "vic@example.com", false, "viewer-password-123")
+	e.Member(p.WS, vid, "viewer")
+	e.SignOut()
+	e.SignIn("vic@example.com", "viewer-password-123")
+	e.Go(conn + "/dead-letters")
+	if e.Has("#purge") || e.Has("#redrive-all") {
+		t.Fatal("a viewer sees the purge or redrive buttons")
+	}
+	n.Publish(p, servertest.Envelope("order-18", "story-18", nil)).Must(t, 202)
+	e.ForceForm(conn+"/purge", map[string]string{"csrf": e.CSRF()})
+	e.WantText("Not allowed")
+	if st := n.QueueCounts(p); st.Ready != 1 {
+		t.Fatalf("a viewer's forced purge changed the queue: %+v", st)
+	}
+	e.SignOut()
+	e.SignIn(portaltest.OperatorEmail, portaltest.OperatorPassword)
 
 	// Another workspace's connection under this workspace's address.
 	e.Go("/portal/workspaces/" + p.WS + "/connections/" + other.Consumer)

@@ -321,3 +321,34 @@ func TestAuditPage(t *testing.T) {
 		t.Errorf("page 2: %d secret.rotate rows, want 10", got)
 	}
 }
+
+// TestProducerPages: a producer's page has what applies to it: its secret
+// with the publish command, status and removal; no queue, chart or dead
+// letters.
+func TestProducerPages(t *testing.T) {
+	n, b, ws := signedInOperator(t)
+	base := "/portal/workspaces/" + ws
+	b.do("GET", base+"/producers", nil)
+	b.wantText("No producer connections yet", "Create a producer connection")
+	if strings.Contains(b.last, `name="subscriptions"`) {
+		t.Error("the producer form asks for subscriptions")
+	}
+	resp := b.post(base+"/connections", url.Values{"kind": {"producer"}, "name": {"web shop"}})
+	loc := resp.Header.Get("Location")
+	b.follow(resp)
+	id := strings.TrimPrefix(strings.SplitN(loc, "?", 2)[0], base+"/connections/")
+	b.wantText("web shop", "producer connection", "Get client secret", "Remove connection")
+	for _, absent := range []string{"Queue now", "Queue over", "Dead letters", "Skill registrations", "Attempt limit"} {
+		if strings.Contains(b.last, absent) {
+			t.Errorf("a producer's page shows %q", absent)
+		}
+	}
+	b.wantStatus("secret", b.post(base+"/connections/"+id+"/secret", nil), 200)
+	b.wantText("Publish a message", "/v1/tenants/"+ws+"/messages")
+	if strings.Contains(b.last, "Ack URL") {
+		t.Error("a producer's secret shows an ack URL")
+	}
+	n.Token(id, html.UnescapeString(codeOf("client-secret").FindStringSubmatch(b.last)[1]))
+	b.wantStatus("producer list", b.do("GET", base+"/producers", nil), 200)
+	b.wantText("web shop", "active")
+}
