@@ -69,6 +69,24 @@ func (s *Service) SetPassword(ctx context.Context, a *Actor, userID, password st
 	return nil
 }
 
+// PasswordMatches reports whether password is the user's current password
+// (false when none is set), after the same work either way.
+func (s *Service) PasswordMatches(ctx context.Context, userID, password string) (bool, error) {
+	var hash string
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		hash, err = tx.UserPasswordGet(userID)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return false, fmt.Errorf("read password: %w", err)
+	}
+	if len(password) > MaxPasswordBytes {
+		password = password[:MaxPasswordBytes]
+	}
+	return s.cfg.Credentials.PasswordMatches(password, hash) && hash != "", nil
+}
+
 // SessionPolicy bounds portal sessions: a session ends Idle after its last
 // use, and Absolute after it began whatever its use.
 type SessionPolicy struct {

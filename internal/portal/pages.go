@@ -88,11 +88,7 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	// Failures count per email (folded to lower case; under a name no
 	// connection id can have) and per address, as the token endpoint
 	// counts failed secrets.
-	key := "portal:" + strings.ToLower(email)
-	if !bus.PlainText(key) {
-		key = strconv.QuoteToASCII(key)
-	}
-	addr := remoteHost(r)
+	key, addr := failureKey(email), remoteHost(r)
 	wait, err := p.cfg.Failures.Blocked(r.Context(), key, addr)
 	if err != nil {
 		p.fail(w, r, nil, err)
@@ -121,6 +117,16 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	p.setCookie(w, sessionCookie, token, p.cfg.Sessions.Absolute)
 	p.clearCookie(w, signinCookie)
 	http.Redirect(w, r, p.nextOf(next), http.StatusSeeOther) //nolint:gosec // nextOf keeps only portal paths (safeNext)
+}
+
+// failureKey is the failure limiter's key of an email: folded to lower
+// case, under a name no connection id can have.
+func failureKey(email string) string {
+	key := "portal:" + strings.ToLower(email)
+	if !bus.PlainText(key) {
+		key = strconv.QuoteToASCII(key)
+	}
+	return key
 }
 
 // nextOf is where to go after signing in.
@@ -296,6 +302,30 @@ func (p *Portal) passwordPage(w http.ResponseWriter, r *http.Request, s *Session
 func (p *Portal) setPassword(w http.ResponseWriter, r *http.Request, s *Session) error {
 	pw, again := r.PostForm.Get("password"), r.PostForm.Get("confirm")
 	v := View{Title: "Your password", Section: "password", ErrorForm: "password"}
+	// The current password first, so that a session left open does not
+	// let another person take the account; wrong guesses count as failed
+	// sign-ins.
+	key, addr := failureKey(s.Actor.User.Email), remoteHost(r)
+	wait, err := p.cfg.Failures.Blocked(r.Context(), key, addr)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())))
+		v.Error = "Too many wrong passwords. Wait " + strconv.Itoa(int(wait.Seconds())) + " seconds, then try again."
+		return p.render(w, r, s, http.StatusTooManyRequests, "password", v)
+	}
+	ok, err := p.svc.PasswordMatches(r.Context(), s.Actor.User.ID, r.PostForm.Get("current"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := p.cfg.Failures.Failed(r.Context(), key, addr); err != nil {
+			return err
+		}
+		v.Error = "Your current password is wrong. Nothing was changed."
+		return p.render(w, r, s, http.StatusForbidden, "password", v)
+	}
 	if pw != again {
 		v.Error = "The two passwords differ. Type the same new password twice."
 		return p.render(w, r, s, http.StatusBadRequest, "password", v)

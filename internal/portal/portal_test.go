@@ -14,6 +14,7 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/portal"
 	"github.com/sombus/sombus/internal/server/servertest"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // operatorPassword is the password tests give the bootstrap operator.
@@ -350,5 +351,39 @@ func TestPortalErrorPagesHaveHeaders(t *testing.T) {
 		"next": {"https://evil.example/"}})
 	if resp.Header.Get("Location") != "/portal/" {
 		t.Errorf("next outside the portal: redirected to %q", resp.Header.Get("Location"))
+	}
+}
+
+// TestPortalSessionSharedByNodes: nodes sharing a PostgreSQL database share
+// sessions: signed in on one, the cookie opens the portal on the other, and
+// signing out on the other ends it on both.
+func TestPortalSessionSharedByNodes(t *testing.T) {
+	store := pgtest.URL(t)
+	clock := bus.NewManualClock(time.Date(2026, 9, 25, 10, 15, 2, 0, time.UTC))
+	a := servertest.Start(t, servertest.Options{Store: store, Clock: clock})
+	b := servertest.Start(t, servertest.Options{Store: store, Clock: clock})
+	setPassword(t, a, "", operatorPassword)
+
+	ba := newBrowser(t, a)
+	if resp := ba.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in on node a: %d", resp.StatusCode)
+	}
+	var token string
+	for _, c := range ba.c.Jar.Cookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(a.URL, "http://"), Path: "/portal/"}) {
+		if c.Name == "sombus_session" {
+			token = c.Value
+		}
+	}
+	bb := newBrowser(t, b)
+	bb.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(b.URL, "http://"), Path: "/portal/"},
+		[]*http.Cookie{{Name: "sombus_session", Value: token, Path: "/portal/"}})
+	if resp := bb.do("GET", "/portal/", nil); resp.StatusCode != 200 || !strings.Contains(bb.last, "Workspaces") {
+		t.Fatalf("node a's session on node b: %d", resp.StatusCode)
+	}
+	if resp := bb.do("POST", "/portal/signout", url.Values{"csrf": {bb.csrf()}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out on node b: %d", resp.StatusCode)
+	}
+	if resp := ba.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("node a after signing out on node b: %d, want a redirect to sign in", resp.StatusCode)
 	}
 }
