@@ -109,10 +109,15 @@ func TestConnectionPages(t *testing.T) {
 	b.wantText(n.URL+"/v1/oauth/token", "/consumers/"+id+"/messages", "/consumers/"+id+"/ack", "/consumers/"+id+"/nack", "/consumers/"+id+"/skills",
 		"-u '"+id+":"+html.UnescapeString(secret[1])+"'", `data-copy="client-secret"`, "/portal/static/copy.js")
 	n.Token(id, html.UnescapeString(secret[1]))
-	// Reloading never shows it again.
+	// Reloading never shows it again; with a secret active the page offers
+	// rotate and revoke, not another Get client secret.
 	b.do("GET", conn, nil)
 	if strings.Contains(b.last, secret[1]) {
 		t.Fatal("the secret is shown again on reload")
+	}
+	b.wantText("Rotate secret", "Revoke secret")
+	if strings.Contains(b.last, `id="get-secret"`) {
+		t.Error("Get client secret offered while a secret is active")
 	}
 
 	// Rotate with an overlap of an hour: both secrets work until Stop old secret now.
@@ -133,7 +138,7 @@ func TestConnectionPages(t *testing.T) {
 	b.follow(b.post(conn+"/restore", nil))
 	b.wantText("Connection restored", "Revoke connection")
 	b.follow(b.post(conn+"/revoke-secret", nil))
-	b.wantText("Secret revoked")
+	b.wantText("Secret revoked", "The secret was revoked", "Get client secret")
 	n.TokenResponse(id, rotated).Must(t, 401)
 
 	// Remove asks for the name.
