@@ -581,8 +581,12 @@ func (p *Portal) auditPage(w http.ResponseWriter, r *http.Request, s *Session) e
 		names[c.ID] = c.Name
 	}
 	for _, e := range page.Entries {
-		details, _ := json.Marshal(e.Details)
-		d.Entries = append(d.Entries, auditRow{AuditEntry: e, ActorName: names[e.Actor], TargetName: names[e.Target], Details: string(details)})
+		var details strings.Builder
+		enc := json.NewEncoder(&details)
+		enc.SetEscapeHTML(false) // the page escapes; "som.>" stays readable
+		_ = enc.Encode(e.Details)
+		d.Entries = append(d.Entries, auditRow{AuditEntry: e, ActorName: names[e.Actor], TargetName: names[e.Target],
+			Details: strings.TrimSpace(details.String())})
 	}
 	if page.NextCursor != nil {
 		d.NextCursor = *page.NextCursor
