@@ -34,8 +34,18 @@
 //	}
 //
 // A form posts to an action; on success the action redirects (p.redirect,
-// with a notice) and on a refusal it renders its page again with the
-// refusal in View.Error, next to the form.
+// with a notice code from the notices map) and on a refusal it renders its
+// page again with the refusal in View.Error and View.ErrorForm naming the
+// form, shown by {{template "formerror" (errFor . "NAME")}} next to it.
+//
+// A page of a workspace shows the workspace's tabs with
+// {{template "wstabs" (wsTabs .Data.Workspace .Section)}} and its trail with
+// WorkspaceCrumbs; a new tab is an entry of workspaceSections. Tables given
+// the class "list stack-sm" and data-label on their cells become one card a
+// row on phones. Every form carries
+// <input type="hidden" name="csrf" value="{{.Session.CSRF}}">, and a button
+// is drawn only for the roles that may use it (the bus refuses the others
+// anyway).
 package portal
 
 import (
