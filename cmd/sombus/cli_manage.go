@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/sombus/sombus/client"
 )
@@ -93,7 +97,7 @@ func newUserCommand() *cobra.Command {
 	create.Flags().BoolVar(&operator, "operator", false, "make the user an operator (may create workspaces and users)")
 	_ = create.MarkFlagRequired("name")
 	_ = create.MarkFlagRequired("email")
-	cmd.AddCommand(create, &cobra.Command{
+	cmd.AddCommand(create, newSetPasswordCommand(o), &cobra.Command{
 		Use: "whoami", Short: "Show the user of your API key and its roles", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := o.manager()
@@ -189,4 +193,82 @@ func newMemberCommand() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// maxPasswordInput bounds what set-password reads from a pipe: the longest
+// password the server takes (1024 bytes), a line ending, and one byte more
+// to tell a longer one.
+const maxPasswordInput = 1024 + 3
+
+func newSetPasswordCommand(o *cliOptions) *cobra.Command {
+	var userID string
+	cmd := &cobra.Command{
+		Use:   "set-password [--user USER]",
+		Short: "Set the password you (or, as an operator, another user) sign in to the web portal with",
+		Long: "Set a portal password, read from standard input: typed twice without echo on a terminal, or the first line\n" +
+			"of a pipe (never a flag, so that it stays out of shell history and process lists). Without --user it is\n" +
+			"your own; operators may set anyone's. At least 12 characters, at most 1024 bytes.",
+		Example: "  sombus user set-password\n  printf '%s\\n' \"$PORTAL_PASSWORD\" | sombus user set-password --user u_...",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := o.manager()
+			if err != nil {
+				return err
+			}
+			id := userID
+			if id == "" {
+				me, err := m.Whoami(cmd.Context())
+				if err != nil {
+					return err
+				}
+				id = me.User.ID
+			}
+			password, err := readPassword(cmd)
+			if err != nil {
+				return err
+			}
+			if err := m.SetPassword(cmd.Context(), id, password); err != nil {
+				return err
+			}
+			return o.print(cmd, map[string]any{"user_id": id, "password_set": true}, func(w io.Writer) {
+				fmt.Fprintf(w, "Password set for %s. Sign in at /portal/ with the user's email.\n", id)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&userID, "user", "", "the user whose password to set (default: yours)")
+	return cmd
+}
+
+// readPassword reads a new password from standard input: twice without
+// echo from a terminal, else the first line.
+func readPassword(cmd *cobra.Command) (string, error) {
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(cmd.ErrOrStderr(), "New password: ")
+		first, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(cmd.ErrOrStderr())
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		fmt.Fprint(cmd.ErrOrStderr(), "Again: ")
+		again, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(cmd.ErrOrStderr())
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		if string(first) != string(again) {
+			return "", errors.New("the two passwords differ; nothing was changed")
+		}
+		return string(first), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(in, maxPasswordInput))
+	if err != nil {
+		return "", fmt.Errorf("read password from standard input: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", errors.New("no password on standard input: type it at the prompt, or pipe it in as one line")
+	}
+	return line, nil
 }

@@ -16,6 +16,9 @@ import (
 type Actor struct {
 	User  User
 	Roles map[string]Role // workspace id -> role
+	// Session is the token hash of the portal session the user acts
+	// through; nil for an API key.
+	Session []byte
 }
 
 // Overlaps are the allowed overlaps of a rotation.
@@ -409,7 +412,33 @@ func (s *Service) ListAudit(ctx context.Context, a *Actor, workspaceID string, l
 	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
 		return AuditPage{}, err
 	}
-	return s.auditPage(ctx, workspaceID, limit, cursor)
+	return s.auditPage(ctx, AuditQuery{WorkspaceID: workspaceID}, limit, cursor)
+}
+
+// AuditFilter narrows an audit listing; a zero field matches every entry.
+type AuditFilter struct {
+	Actor  string    // the acting user's id
+	Action string    // for example "secret.rotate"
+	Target string    // what the action was on, for example a connection id
+	From   time.Time // entries at or after it
+	To     time.Time // entries before it
+}
+
+// SearchAudit reads the entries of a workspace's audit log that match f,
+// newest first (admins), a page at a time as ListAudit does.
+func (s *Service) SearchAudit(ctx context.Context, a *Actor, workspaceID string, f AuditFilter, limit int, cursor string) (AuditPage, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleAdmin); err != nil {
+		return AuditPage{}, err
+	}
+	for _, v := range []struct{ field, v string }{{"actor", f.Actor}, {"action", f.Action}, {"target", f.Target}} {
+		if v.v != "" && !validIDText(v.v) {
+			return AuditPage{}, Errorf(RuleManageBadRequest, "%s must be 1 to %d printable ASCII characters.", v.field, MaxIDLength)
+		}
+	}
+	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
+		return AuditPage{}, Errorf(RuleManageBadRequest, "from must be before to.")
+	}
+	return s.auditPage(ctx, AuditQuery{WorkspaceID: workspaceID, Actor: f.Actor, Action: f.Action, Target: f.Target, From: f.From, To: f.To}, limit, cursor)
 }
 
 // ListGlobalAudit reads the audit entries that belong to no workspace (the
@@ -418,20 +447,21 @@ func (s *Service) ListGlobalAudit(ctx context.Context, a *Actor, limit int, curs
 	if !a.User.Operator {
 		return AuditPage{}, Errorf(RuleManageForbidden, "Only operators may read the audit entries of users and API keys.")
 	}
-	return s.auditPage(ctx, "", limit, cursor)
+	return s.auditPage(ctx, AuditQuery{}, limit, cursor)
 }
 
-// auditPage reads one page of the audit log of workspaceID ("" for the
-// entries of no workspace), after cursor (the last entry id of the previous
-// page, "" for the first).
-func (s *Service) auditPage(ctx context.Context, workspaceID string, limit int, cursor string) (AuditPage, error) {
+// auditPage reads one page of the audit entries q selects (q.WorkspaceID
+// "" for the entries of no workspace), after cursor (the last entry id of
+// the previous page, "" for the first).
+func (s *Service) auditPage(ctx context.Context, q AuditQuery, limit int, cursor string) (AuditPage, error) {
 	if cursor != "" && !ValidID(cursor, PrefixAudit) {
 		return AuditPage{}, Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
 	}
 	var es []AuditEntry
 	err := s.store.View(ctx, func(tx Tx) error {
 		var err error
-		es, err = tx.AuditList(workspaceID, limit+1, cursor)
+		q.Limit, q.Before = limit+1, cursor
+		es, err = tx.AuditSearch(q)
 		return err
 	})
 	if err != nil {

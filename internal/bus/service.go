@@ -16,6 +16,11 @@ type Credentials interface {
 	NewAPIKey() (plain string, hash []byte)
 	// Hash returns the hash kept for a secret or API key.
 	Hash(plain string) []byte
+	// HashPassword returns the slow, salted hash kept for a password.
+	HashPassword(password string) string
+	// PasswordMatches reports whether password hashes to hash; an empty
+	// hash (no password set) never matches, after the same work.
+	PasswordMatches(password, hash string) bool
 }
 
 // HandleCodec turns handles into unforgeable receipt handles and back.
@@ -51,6 +56,10 @@ type Config struct {
 	DeadLetterRetention time.Duration // default 14 days
 	// MaintainEvery is the period of the background sweeper (default 1s).
 	MaintainEvery time.Duration
+	// SampleEvery is the interval of the queue samples (default 10s);
+	// SampleKeep is how long they are kept (default 24h).
+	SampleEvery time.Duration
+	SampleKeep  time.Duration
 	// PollFallback bounds how long a long poll waits without re-checking the
 	// store, so a lost wake-up delays a message, never loses it (default 1s).
 	PollFallback time.Duration
@@ -101,6 +110,12 @@ func NewService(cfg Config) *Service {
 	if cfg.MaintainEvery == 0 {
 		cfg.MaintainEvery = time.Second
 	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
+	if cfg.SampleKeep <= 0 {
+		cfg.SampleKeep = DefaultSampleKeep
+	}
 	if cfg.PollFallback == 0 {
 		cfg.PollFallback = time.Second
 	}
@@ -127,12 +142,16 @@ func (s *Service) Store() Store { return s.cfg.Store }
 // Clock returns the service's clock.
 func (s *Service) Clock() Clock { return s.clock }
 
-// Start runs the sweeper and the listener for other nodes' wake-ups until
-// Stop.
+// Start runs the sweeper, the queue sampler and the listener for other
+// nodes' wake-ups until Stop.
 func (s *Service) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bgDone.Add(2)
+	s.bgDone.Add(3)
+	go func() {
+		defer s.bgDone.Done()
+		s.sampleLoop(ctx)
+	}()
 	go func() {
 		defer s.bgDone.Done()
 		if err := s.store.Listen(ctx, s.notifier.NotifyAll); err != nil && ctx.Err() == nil {

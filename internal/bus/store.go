@@ -50,6 +50,19 @@ type Store interface {
 	// with receive counts starting again, and writes p.Audit.
 	DeadLetterRedrive(ctx context.Context, p *RedriveParams) (int, error)
 
+	// QueueSample records one sample of every consumer queue's counts, as
+	// QueueStats counts them as of p.Now, under the time p.At, in one
+	// statement. A queue that already has a sample at p.At keeps it, and
+	// when any queue has one the call writes nothing (another node sampled
+	// this interval). It returns how many samples it wrote.
+	QueueSample(ctx context.Context, p *QueueSampleParams) (int, error)
+	// QueueSamplePrune deletes the samples recorded before before and
+	// returns how many went.
+	QueueSamplePrune(ctx context.Context, before time.Time) (int, error)
+	// QueueSamples reads one queue's samples recorded at or after since,
+	// oldest first.
+	QueueSamples(ctx context.Context, queueID string, since time.Time) ([]QueueSample, error)
+
 	// Maintain does the background work: dead-letter moves of expired
 	// exhausted heads, retention, and expiry of attempt ids, ack records
 	// and dedup records. It returns the queues that got a ready message.
@@ -77,6 +90,30 @@ type Tx interface {
 	// UserByAPIKeyHash finds the owner of an API key.
 	UserByAPIKeyHash(hash []byte) (User, error)
 	APIKeyCreate(k APIKey) error
+	// UserByEmail finds a user by email, compared without regard to case.
+	UserByEmail(email string) (User, error)
+	// UserPasswordSet keeps hash (a PHC string) as the user's password
+	// hash, replacing any; ErrNotFound if the user does not exist.
+	UserPasswordSet(userID, hash string) error
+	// UserPasswordGet returns the user's password hash, "" when none was
+	// set; ErrNotFound if the user does not exist.
+	UserPasswordGet(userID string) (string, error)
+
+	// SessionCreate inserts a portal session; ErrConflict if its token
+	// hash exists.
+	SessionCreate(s Session) error
+	// SessionGet finds a session by the hash of its token.
+	SessionGet(tokenHash []byte) (Session, error)
+	// SessionTouch sets a session's LastSeenAt; ErrNotFound if none.
+	SessionTouch(tokenHash []byte, at time.Time) error
+	// SessionDelete removes a session; ErrNotFound if none.
+	SessionDelete(tokenHash []byte) error
+	// SessionDeleteUser removes every session of a user but the one whose
+	// token hash is keep (nil keeps none) and says how many it removed.
+	SessionDeleteUser(userID string, keep []byte) (int, error)
+	// SessionDeleteExpired removes the sessions last seen before idleBefore
+	// or created before createdBefore and says how many it removed.
+	SessionDeleteExpired(idleBefore, createdBefore time.Time) (int, error)
 
 	WorkspaceCreate(w Workspace) error
 	WorkspaceGet(id string) (Workspace, error)
@@ -118,6 +155,9 @@ type Tx interface {
 	// before is ""); a before that is not an entry of this listing gives an
 	// empty page.
 	AuditList(workspaceID string, limit int, before string) ([]AuditEntry, error)
+	// AuditSearch lists a workspace's audit entries as AuditList does,
+	// keeping only those that match every filter of q that is set.
+	AuditSearch(q AuditQuery) ([]AuditEntry, error)
 
 	SigningKeyList() ([]SigningKey, error)
 	// SigningKeyCreate inserts a key; ErrConflict if its id exists.
@@ -125,6 +165,19 @@ type Tx interface {
 	// ServerSecret returns the named server-wide secret, creating it from
 	// fresh when absent (the first caller's value wins on every node).
 	ServerSecret(name string, fresh []byte) ([]byte, error)
+}
+
+// AuditQuery selects a page of a workspace's audit entries: those after
+// Before (as in AuditList) that match every filter that is set.
+type AuditQuery struct {
+	WorkspaceID string    // "" for the entries of no workspace
+	Limit       int       // at most this many; all when 0 or less
+	Before      string    // an entry id; "" for the first page
+	Actor       string    // the acting user's id; "" for any
+	Action      string    // "" for any
+	Target      string    // "" for any
+	From        time.Time // entries at or after it; zero for no bound
+	To          time.Time // entries before it; zero for no bound
 }
 
 // ConnectionPosition is where a connection stands in its workspace's

@@ -51,6 +51,16 @@ type APIKey struct {
 	CreatedAt time.Time
 }
 
+// Session is a signed-in portal user. Only the SHA-256 of its token is
+// kept, so a copy of the store opens no session.
+type Session struct {
+	TokenHash  []byte
+	UserID     string
+	CSRFToken  string
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+}
+
 // Workspace is a tenant: connections, queues and audit log live in one.
 type Workspace struct {
 	ID        string    `json:"id"`

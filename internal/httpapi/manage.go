@@ -147,6 +147,22 @@ func (s *Server) manageRoutes() {
 		writeJSON(w, http.StatusCreated, k)
 		return nil
 	})
+	s.manage("PUT /v1/manage/users/{u}/password", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
+		var p struct {
+			Password *string `json:"password"`
+		}
+		if err := readManage(r, &p); err != nil {
+			return err
+		}
+		if p.Password == nil {
+			return bus.Errorf(bus.RuleManageBadRequest, "password is required.")
+		}
+		if err := s.svc.SetPassword(r.Context(), a, r.PathValue("u"), *p.Password); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 	s.manage("POST /v1/manage/workspaces", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		var p struct {
 			Name string `json:"name"`

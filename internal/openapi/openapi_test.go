@@ -38,6 +38,8 @@ var apiRoutes = []string{
 	"GET /v1/manage/whoami",
 	"POST /v1/manage/users",
 	"POST /v1/manage/users/{u}/keys",
+	// Not in the contract's list: the portal's password (decision 29).
+	"PUT /v1/manage/users/{u}/password",
 	"POST /v1/manage/workspaces",
 	"GET /v1/manage/workspaces",
 	"GET /v1/manage/workspaces/{t}",

@@ -25,6 +25,7 @@ import (
 	"github.com/sombus/sombus/internal/httpapi"
 	"github.com/sombus/sombus/internal/limits"
 	"github.com/sombus/sombus/internal/metrics"
+	"github.com/sombus/sombus/internal/portal"
 	"github.com/sombus/sombus/internal/store"
 )
 
@@ -289,10 +290,33 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg, PublicURL: cfg.PublicURL,
 		NoMetricsRoute: mln != nil,
 	})
+	// The web portal under /portal/: failed sign-ins are limited like
+	// failed secrets (shared by every node where the store shares limits).
+	var signinFailures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
+	if st, ok := opened.(FailureLimiterStore); ok {
+		signinFailures = st.TokenFailureLimiter(cfg.Clock)
+	}
+	web, err := portal.New(portal.Config{
+		Service: s.svc, Failures: signinFailures, Logger: log,
+		Secure:    cfg.TLSCert != "" || strings.HasPrefix(strings.ToLower(cfg.PublicURL), "https://"),
+		TierNames: tiers.Names(),
+		// The usage the management API's usage route shows, from the same
+		// limiter and tiers.
+		Usage: func(ctx context.Context, c bus.Connection) (limits.Usage, error) {
+			tier, ok := tiers.Get(c.QuotaTier)
+			if !ok {
+				tier, _ = tiers.Get(limits.StandardTier)
+			}
+			return limiter.Usage(ctx, c.ID, tier, s.svc.Clock().Now())
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("portal: %w", err)
+	}
 	s.http = &http.Server{
 		// Client addresses behind trusted proxies, and a deadline for
 		// bodies only: a long poll has none, and waits as long as it asks.
-		Handler:           edge.Handler(s.api, proxies, cfg.BodyTimeout),
+		Handler:           edge.Handler(web.Wrap(s.api), proxies, cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       120 * time.Second,

@@ -253,6 +253,7 @@ func (t *mgmtTx) ConnectionDelete(id string) error {
 		`DELETE FROM attempts WHERE queue_id = $1`,
 		`DELETE FROM ack_records WHERE queue_id = $1`,
 		`DELETE FROM skills WHERE connection_id = $1`,
+		`DELETE FROM queue_samples WHERE queue_id = $1`,
 	} {
 		if err := t.exec(sql, id); err != nil {
 			return err
@@ -306,12 +307,30 @@ func insertAudit(ctx context.Context, tx pgx.Tx, e bus.AuditEntry) error {
 }
 
 func (t *mgmtTx) AuditList(workspaceID string, limit int, before string) ([]bus.AuditEntry, error) {
+	return t.AuditSearch(bus.AuditQuery{WorkspaceID: workspaceID, Limit: limit, Before: before})
+}
+
+// AuditSearch lists a workspace's entries as AuditList does, keeping those
+// that match every filter of q that is set.
+func (t *mgmtTx) AuditSearch(q bus.AuditQuery) ([]bus.AuditEntry, error) {
+	limit := q.Limit
 	if limit <= 0 {
 		limit = 1 << 30
 	}
+	var from, to *int64
+	if !q.From.IsZero() {
+		v := ms(q.From)
+		from = &v
+	}
+	if !q.To.IsZero() {
+		v := ms(q.To)
+		to = &v
+	}
 	rows, err := t.tx.Query(t.ctx, `SELECT id, workspace_id, at, actor, action, target, details FROM audit_entries
 		WHERE workspace_id = $1 AND ($3 = '' OR ord < (SELECT ord FROM audit_entries WHERE id = $3 AND workspace_id = $1))
-		ORDER BY ord DESC LIMIT $2`, workspaceID, limit, before)
+		AND ($4 = '' OR actor = $4) AND ($5 = '' OR action = $5) AND ($6 = '' OR target = $6)
+		AND ($7::bigint IS NULL OR at >= $7) AND ($8::bigint IS NULL OR at < $8)
+		ORDER BY ord DESC LIMIT $2`, q.WorkspaceID, limit, q.Before, q.Actor, q.Action, q.Target, from, to)
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -386,16 +386,38 @@ func auditInsert(d *dbq, e bus.AuditEntry) error {
 // entry before (when not ""). A before that is not an entry of this listing
 // gives an empty page.
 func (t *tx) AuditList(workspaceID string, limit int, before string) ([]bus.AuditEntry, error) {
+	return t.AuditSearch(bus.AuditQuery{WorkspaceID: workspaceID, Limit: limit, Before: before})
+}
+
+// AuditSearch lists a workspace's entries as AuditList does, keeping those
+// that match every filter of q that is set.
+func (t *tx) AuditSearch(qy bus.AuditQuery) ([]bus.AuditEntry, error) {
+	limit := qy.Limit
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	q := `SELECT id, workspace_id, at, actor, action, target, details FROM audit WHERE workspace_id = ?`
-	args := []any{workspaceID}
-	if before != "" {
-		q += ` AND seq < (SELECT seq FROM audit WHERE id = ? AND workspace_id = ?1)`
-		args = append(args, before)
+	q := `SELECT id, workspace_id, at, actor, action, target, details FROM audit WHERE workspace_id = ?1`
+	args := []any{qy.WorkspaceID}
+	if qy.Before != "" {
+		args = append(args, qy.Before)
+		q += fmt.Sprintf(` AND seq < (SELECT seq FROM audit WHERE id = ?%d AND workspace_id = ?1)`, len(args))
 	}
-	rows, err := t.d.query(q+` ORDER BY seq DESC LIMIT ?`, append(args, limit)...)
+	for _, f := range []struct{ col, v string }{{"actor", qy.Actor}, {"action", qy.Action}, {"target", qy.Target}} {
+		if f.v != "" {
+			args = append(args, f.v)
+			q += fmt.Sprintf(` AND %s = ?%d`, f.col, len(args))
+		}
+	}
+	if !qy.From.IsZero() {
+		args = append(args, ms(qy.From))
+		q += fmt.Sprintf(` AND at >= ?%d`, len(args))
+	}
+	if !qy.To.IsZero() {
+		args = append(args, ms(qy.To))
+		q += fmt.Sprintf(` AND at < ?%d`, len(args))
+	}
+	args = append(args, limit)
+	rows, err := t.d.query(q+fmt.Sprintf(` ORDER BY seq DESC LIMIT ?%d`, len(args)), args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}

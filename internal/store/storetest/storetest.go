@@ -51,6 +51,7 @@ type group struct {
 func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 	groups := []group{
 		{"Management", managementTests},
+		{"Sessions", sessionTests},
 		{"Publish", publishTests},
 		{"Receive", receiveTests},
 		{"Ack", ackTests},
@@ -59,6 +60,8 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"AttemptID", attemptTests},
 		{"Stats", statsTests},
 		{"Metrics", metricsTests},
+		{"QueueSamples", sampleTests},
+		{"AuditSearch", auditSearchTests},
 		{"ConnectionPages", connectionPageTests},
 		{"Purge", purgeTests},
 		{"Maintain", maintainTests},

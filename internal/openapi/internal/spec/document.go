@@ -321,6 +321,13 @@ func paths() obj {
 			"The key is shown once.", []obj{paramRef("user")}, emptyBody(),
 			201, resp("The new key.", ref("APIKeyCreated"), nil),
 			mopt{forbid: true, notFound: "No such user.", body: true})),
+		"/v1/manage/users/{u}/password", o("put", mop("setPassword", "Set a user's portal password", "operator, or the user themselves",
+			"Decision: sets the password the user signs in to the web portal with (`/portal/`); API keys are unchanged. "+
+				"A password is 12 to 1024 bytes of UTF-8 with at least 12 characters; it is kept only as an Argon2id hash and "+
+				"never written to the audit log (the entry is `user.password_set`). Setting it ends the user's portal sessions.",
+			[]obj{paramRef("user")}, jsonBody("PasswordPutRequest", true, ""),
+			204, o("description", "Set."),
+			mopt{forbid: true, notFound: "No such user.", body: true})),
 		"/v1/manage/workspaces", o(
 			"get", mop("listWorkspaces", "List workspaces", "any",
 				"Decision: the workspaces where the caller has a role; for an operator, every workspace.", nil, nil,

@@ -1,0 +1,310 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/mail"
+	"sort"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits of passwords.
+const (
+	// MinPasswordLength is the fewest characters a password may have.
+	MinPasswordLength = 12
+	// MaxPasswordBytes bounds a password's bytes (the hash reads them all).
+	MaxPasswordBytes = 1024
+)
+
+// CheckPassword refuses a password shorter than MinPasswordLength
+// characters, longer than MaxPasswordBytes bytes or not UTF-8. The refusal
+// never holds the password.
+func CheckPassword(password string) error {
+	switch {
+	case !utf8.ValidString(password):
+		return Errorf(RuleManageBadRequest, "password must be valid UTF-8 text.")
+	case len(password) > MaxPasswordBytes:
+		return Errorf(RuleManageBadRequest, "password must be at most %d bytes; it has %d.", MaxPasswordBytes, len(password))
+	case utf8.RuneCountInString(password) < MinPasswordLength:
+		return Errorf(RuleManageBadRequest, "password must be at least %d characters; it has %d.", MinPasswordLength, utf8.RuneCountInString(password))
+	}
+	return nil
+}
+
+// SetPassword sets a user's portal password: operators for any user, every
+// user for themselves. It ends the user's other portal sessions (all but
+// the one a is acting through) and writes a user.password_set audit entry
+// without the password.
+func (s *Service) SetPassword(ctx context.Context, a *Actor, userID, password string) error {
+	if userID != a.User.ID {
+		if err := requireOperator(a); err != nil {
+			return Errorf(RuleManageForbidden, "Only operators may set another user's password.")
+		}
+	}
+	if err := CheckPassword(password); err != nil {
+		return err
+	}
+	hash := s.cfg.Credentials.HashPassword(password)
+	var ended int
+	err := s.store.Update(ctx, func(tx Tx) error {
+		if err := tx.UserPasswordSet(userID, hash); err != nil {
+			return err
+		}
+		var err error
+		if ended, err = tx.SessionDeleteUser(userID, a.Session); err != nil {
+			return err
+		}
+		return tx.AuditInsert(s.audit(a, "", "user.password_set", userID, map[string]any{"sessions_ended": ended}))
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Errorf(RuleManageNotFound, "User %s not found.", userID)
+	}
+	if err != nil {
+		return fmt.Errorf("set password: %w", err)
+	}
+	return nil
+}
+
+// PasswordMatches reports whether password is the user's current password
+// (false when none is set), after the same work either way.
+func (s *Service) PasswordMatches(ctx context.Context, userID, password string) (bool, error) {
+	var hash string
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		hash, err = tx.UserPasswordGet(userID)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return false, fmt.Errorf("read password: %w", err)
+	}
+	if len(password) > MaxPasswordBytes {
+		password = password[:MaxPasswordBytes]
+	}
+	return s.cfg.Credentials.PasswordMatches(password, hash) && hash != "", nil
+}
+
+// SessionPolicy bounds portal sessions: a session ends Idle after its last
+// use, and Absolute after it began whatever its use.
+type SessionPolicy struct {
+	Idle     time.Duration
+	Absolute time.Duration
+}
+
+// Default session bounds.
+const (
+	DefaultSessionIdle     = time.Hour
+	DefaultSessionAbsolute = 12 * time.Hour
+	// sessionTouchEvery: a session's last use is written at most this
+	// often, so that reading pages does not write on every request.
+	sessionTouchEvery = time.Minute
+)
+
+// ErrSignIn is the one refusal of a failed sign-in, whichever part was
+// wrong: it does not tell whether the email exists or has a password.
+var errSignIn = Errorf(RuleManageUnauthenticated, "Wrong email or password.")
+
+// SignIn checks an email and password and begins a portal session. It
+// returns the session token (for the cookie; only its hash is kept) and the
+// session. Every failure is the same refusal.
+func (s *Service) SignIn(ctx context.Context, email, password string, p SessionPolicy) (token string, sess Session, err error) {
+	var u User
+	var hash string
+	if _, perr := mail.ParseAddress(email); perr == nil && len(email) <= 254 && len(password) <= MaxPasswordBytes {
+		err = s.store.View(ctx, func(tx Tx) error {
+			var err error
+			if u, err = tx.UserByEmail(email); err != nil {
+				return err
+			}
+			hash, err = tx.UserPasswordGet(u.ID)
+			return err
+		})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return "", Session{}, fmt.Errorf("sign in: %w", err)
+		}
+	}
+	// Always one hash's work, even for an unknown email or an empty hash.
+	if len(password) > MaxPasswordBytes {
+		password = password[:MaxPasswordBytes]
+	}
+	if !s.cfg.Credentials.PasswordMatches(password, hash) || hash == "" {
+		return "", Session{}, errSignIn
+	}
+	token = randomToken()
+	now := s.clock.Now()
+	sess = Session{TokenHash: s.cfg.Credentials.Hash(token), UserID: u.ID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now}
+	err = s.store.Update(ctx, func(tx Tx) error {
+		// Sessions that ended are swept here, at the rate of sign-ins.
+		if _, err := tx.SessionDeleteExpired(now.Add(-p.Idle), now.Add(-p.Absolute)); err != nil {
+			return err
+		}
+		return tx.SessionCreate(sess)
+	})
+	if err != nil {
+		return "", Session{}, fmt.Errorf("begin session: %w", err)
+	}
+	return token, sess, nil
+}
+
+// errSessionEnded refuses a session that is unknown, signed out or expired.
+var errSessionEnded = Errorf(RuleManageUnauthenticated, "Your session has ended; sign in again.")
+
+// AuthenticateSession finds the user of a portal session token, ending the
+// session when it has been idle or open too long (by the service's clock).
+func (s *Service) AuthenticateSession(ctx context.Context, token string, p SessionPolicy) (*Actor, Session, error) {
+	if token == "" {
+		return nil, Session{}, errSessionEnded
+	}
+	hash := s.cfg.Credentials.Hash(token)
+	now := s.clock.Now()
+	var sess Session
+	var a Actor
+	expired := false
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		if sess, err = tx.SessionGet(hash); err != nil {
+			return err
+		}
+		if now.Sub(sess.LastSeenAt) >= p.Idle || now.Sub(sess.CreatedAt) >= p.Absolute {
+			expired = true
+			return nil
+		}
+		a, err = actorOf(tx, sess.UserID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, Session{}, errSessionEnded
+	}
+	if err != nil {
+		return nil, Session{}, fmt.Errorf("authenticate session: %w", err)
+	}
+	if expired {
+		if err := s.endSession(ctx, hash); err != nil {
+			return nil, Session{}, err
+		}
+		return nil, Session{}, errSessionEnded
+	}
+	if now.Sub(sess.LastSeenAt) >= sessionTouchEvery {
+		err := s.store.Update(ctx, func(tx Tx) error { return tx.SessionTouch(hash, now) })
+		if errors.Is(err, ErrNotFound) {
+			return nil, Session{}, errSessionEnded // signed out meanwhile
+		}
+		if err != nil {
+			return nil, Session{}, fmt.Errorf("touch session: %w", err)
+		}
+		sess.LastSeenAt = now
+	}
+	a.Session = hash
+	return &a, sess, nil
+}
+
+// SignOut ends the session of token; an unknown token is no error.
+func (s *Service) SignOut(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	return s.endSession(ctx, s.cfg.Credentials.Hash(token))
+}
+
+func (s *Service) endSession(ctx context.Context, hash []byte) error {
+	err := s.store.Update(ctx, func(tx Tx) error { return tx.SessionDelete(hash) })
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("end session: %w", err)
+	}
+	return nil
+}
+
+// actorOf reads a user and their roles.
+func actorOf(tx Tx, userID string) (Actor, error) {
+	u, err := tx.UserGet(userID)
+	if err != nil {
+		return Actor{}, err
+	}
+	ms, err := tx.MemberListByUser(u.ID)
+	if err != nil {
+		return Actor{}, err
+	}
+	a := Actor{User: u, Roles: make(map[string]Role, len(ms))}
+	for _, m := range ms {
+		a.Roles[m.WorkspaceID] = m.Role
+	}
+	return a, nil
+}
+
+// NewToken returns 256 random bits as unpadded base64url: a session or
+// form token.
+func NewToken() string { return randomToken() }
+
+// randomToken returns 256 random bits, unpadded base64url.
+func randomToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("bus: crypto/rand failed: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// MemberView is a workspace member with the user's name and email.
+type MemberView struct {
+	UserID string `json:"user_id"`
+	Name   string `json:"name"`
+	Email  string `json:"email"`
+	Role   Role   `json:"role"`
+}
+
+// ListMembers lists a workspace's members (viewers and above), strongest
+// role first, then by name.
+func (s *Service) ListMembers(ctx context.Context, a *Actor, workspaceID string) ([]MemberView, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleViewer); err != nil {
+		return nil, err
+	}
+	out := []MemberView{}
+	err := s.store.View(ctx, func(tx Tx) error {
+		ms, err := tx.MemberListByWorkspace(workspaceID)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			u, err := tx.UserGet(m.UserID)
+			if err != nil {
+				return err
+			}
+			out = append(out, MemberView{UserID: u.ID, Name: u.Name, Email: u.Email, Role: m.Role})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Role.Rank() != out[j].Role.Rank() {
+			return out[i].Role.Rank() > out[j].Role.Rank()
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// SetMemberByEmail grants or changes the role of the user with email, as
+// SetMember does (owners only).
+func (s *Service) SetMemberByEmail(ctx context.Context, a *Actor, workspaceID, email string, role Role) (Member, error) {
+	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
+		return Member{}, err
+	}
+	var u User
+	err := s.store.View(ctx, func(tx Tx) error {
+		var err error
+		u, err = tx.UserByEmail(email)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Member{}, Errorf(RuleManageNotFound, "No user has the email %s; an operator creates users.", email)
+	}
+	if err != nil {
+		return Member{}, fmt.Errorf("find user: %w", err)
+	}
+	return s.SetMember(ctx, a, workspaceID, u.ID, role)
+}

@@ -1,0 +1,389 @@
+package portal_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/portal"
+	"github.com/sombus/sombus/internal/server/servertest"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+// operatorPassword is the password tests give the bootstrap operator.
+const operatorPassword = "operator-password-123"
+
+// startNode starts a node whose operator has operatorPassword.
+func startNode(t *testing.T) *servertest.Node {
+	t.Helper()
+	n := servertest.Start(t, servertest.Options{})
+	setPassword(t, n, "", operatorPassword)
+	return n
+}
+
+// setPassword sets a user's password as the operator ("" is the operator).
+func setPassword(t *testing.T, n *servertest.Node, userID, password string) {
+	t.Helper()
+	svc := n.Server.Service()
+	a, err := svc.AuthenticateAPIKey(context.Background(), servertest.BootstrapKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if userID == "" {
+		userID = a.User.ID
+	}
+	if err := svc.SetPassword(context.Background(), a, userID, password); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// browser is an HTTP client with cookies that does not follow redirects.
+type browser struct {
+	t    *testing.T
+	n    *servertest.Node
+	c    *http.Client
+	last string // the last page's body
+}
+
+func newBrowser(t *testing.T, n *servertest.Node) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, n: n, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) do(method, path string, form url.Values) *http.Response {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, b.n.URL+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	b.last = string(raw)
+	return resp
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf is the CSRF token of the last page.
+func (b *browser) csrf() string {
+	b.t.Helper()
+	m := csrfField.FindStringSubmatch(b.last)
+	if m == nil {
+		b.t.Fatalf("no csrf field on the page:\n%s", b.last)
+	}
+	return m[1]
+}
+
+func (b *browser) signIn(email, password string) *http.Response {
+	b.t.Helper()
+	b.do("GET", "/portal/signin", nil)
+	return b.do("POST", "/portal/signin", url.Values{"csrf": {b.csrf()}, "email": {email}, "password": {password}})
+}
+
+func TestPortalHeadersAndRedirects(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	resp := b.do("GET", "/portal", nil)
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/portal/" {
+		t.Fatalf("/portal: %d to %q, want 301 to /portal/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp = b.do("GET", "/portal/", nil)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/signin") {
+		t.Fatalf("/portal/ signed out: %d to %q, want 303 to the sign-in page", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp = b.do("GET", "/portal/signin", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("sign-in page: %d", resp.StatusCode)
+	}
+	for k, want := range map[string]string{
+		"Content-Security-Policy": portal.ContentSecurityPolicy,
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "same-origin",
+		"Cache-Control":           "no-store",
+	} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if strings.Contains(b.last, "<script") || strings.Contains(b.last, "style=") || strings.Contains(b.last, "<style") {
+		t.Error("the sign-in page has an inline script or style")
+	}
+	resp = b.do("GET", "/portal/static/portal.css", nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/css") {
+		t.Fatalf("portal.css: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if resp.Header.Get("Content-Security-Policy") == "" {
+		t.Error("a static asset has no Content-Security-Policy")
+	}
+	// The API is untouched.
+	if r := n.Do("GET", "/v1/manage/whoami", servertest.BootstrapKey, nil); r.Status != 200 {
+		t.Fatalf("whoami: %d", r.Status)
+	}
+	if r := n.Do("GET", "/portalx", "", nil); r.Status != 404 || r.Rule() != bus.RuleRouteNotFound {
+		t.Fatalf("/portalx: %d %s, want the API's 404", r.Status, r.Rule())
+	}
+}
+
+func TestPortalSignInAndOut(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	resp := b.signIn("operator@localhost", "wrong password!")
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.last, "Wrong email or password.") {
+		t.Fatalf("wrong password: %d", resp.StatusCode)
+	}
+	resp = b.signIn("nobody@example.com", "wrong password!")
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.last, "Wrong email or password.") {
+		t.Fatalf("unknown email: %d", resp.StatusCode)
+	}
+	resp = b.signIn("Operator@Localhost", operatorPassword)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/" {
+		t.Fatalf("sign in: %d to %q:\n%s", resp.StatusCode, resp.Header.Get("Location"), b.last)
+	}
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sombus_session" {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteLaxMode || cookie.Path != "/portal/" || cookie.Secure {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Lax, Path=/portal/, not Secure on plain HTTP", cookie)
+	}
+	resp = b.do("GET", "/portal/", nil)
+	if resp.StatusCode != 200 || !strings.Contains(b.last, "No workspaces yet") {
+		t.Fatalf("workspaces: %d\n%s", resp.StatusCode, b.last)
+	}
+	resp = b.do("POST", "/portal/workspaces", url.Values{"csrf": {b.csrf()}, "name": {"Payments"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create workspace: %d\n%s", resp.StatusCode, b.last)
+	}
+	resp = b.do("GET", resp.Header.Get("Location"), nil)
+	if resp.StatusCode != 200 || !strings.Contains(b.last, "Workspace created") || !strings.Contains(b.last, "operator@localhost") {
+		t.Fatalf("workspace page: %d\n%s", resp.StatusCode, b.last)
+	}
+	resp = b.do("POST", "/portal/signout", url.Values{"csrf": {b.csrf()}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", resp.StatusCode)
+	}
+	// The old cookie no longer opens a session, even sent again.
+	b.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(n.URL, "http://"), Path: "/portal/"}, []*http.Cookie{cookie})
+	resp = b.do("GET", "/portal/", nil)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/signin") {
+		t.Fatalf("after sign-out: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+func TestPortalCSRF(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.do("GET", "/portal/signin", nil)
+	if resp := b.do("POST", "/portal/signin", url.Values{"email": {"operator@localhost"}, "password": {operatorPassword}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-in without its token: %d, want 403", resp.StatusCode)
+	}
+	if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in: %d", resp.StatusCode)
+	}
+	b.do("GET", "/portal/", nil)
+	good := b.csrf()
+	for name, form := range map[string]url.Values{
+		"without": {"name": {"X"}},
+		"wrong":   {"name": {"X"}, "csrf": {good[:len(good)-1] + "A"}},
+		"empty":   {"name": {"X"}, "csrf": {""}},
+	} {
+		resp := b.do("POST", "/portal/workspaces", form)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(b.last, "Form refused") {
+			t.Errorf("%s token: %d, want 403 with the refusal page", name, resp.StatusCode)
+		}
+	}
+	b.do("GET", "/portal/", nil)
+	if !strings.Contains(b.last, "No workspaces yet") {
+		t.Fatal("a refused form created a workspace")
+	}
+}
+
+func TestPortalSessionExpires(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in: %d", resp.StatusCode)
+	}
+	clock := n.ManualClock()
+	// Used every 50 minutes, the session lives on past the idle hour…
+	for range 3 {
+		clock.Advance(50 * time.Minute)
+		if resp := b.do("GET", "/portal/", nil); resp.StatusCode != 200 {
+			t.Fatalf("within the idle bound: %d", resp.StatusCode)
+		}
+	}
+	// …but not an hour without use.
+	clock.Advance(time.Hour)
+	resp := b.do("GET", "/portal/password", nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/signin?next=%2Fportal%2Fpassword&ended=1" {
+		t.Fatalf("idle session: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	// Nor past the absolute bound, however often used.
+	if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in again: %d", resp.StatusCode)
+	}
+	for range 12 { // 11 h 48 min
+		clock.Advance(59 * time.Minute)
+		if resp := b.do("GET", "/portal/", nil); resp.StatusCode != 200 {
+			t.Fatalf("within the absolute bound: %d", resp.StatusCode)
+		}
+	}
+	clock.Advance(12 * time.Minute)
+	if resp := b.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("past 12 hours: %d, want a redirect to sign in", resp.StatusCode)
+	}
+}
+
+func TestPortalSignInFailureLimit(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	// 20 failures a minute for one email (in any case) block it, even with
+	// the right password, and the refusal says how long to wait.
+	for i := range 20 {
+		email := "operator@localhost"
+		if i%2 == 1 {
+			email = "OPERATOR@localhost"
+		}
+		if resp := b.signIn(email, "wrong password number"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp := b.signIn("operator@localhost", operatorPassword)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(b.last, "Too many failed sign-ins") {
+		t.Fatalf("21st attempt: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// An unknown email is limited alike: the answer does not tell.
+	for range 20 {
+		b.signIn("nobody@example.com", "wrong password number")
+	}
+	if resp := b.signIn("nobody@example.com", "wrong password number"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("unknown email past the limit: %d, want 429 as for a known one", resp.StatusCode)
+	}
+	// After the window the right password signs in.
+	n.ManualClock().Advance(time.Minute)
+	if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after the window: %d", resp.StatusCode)
+	}
+}
+
+func TestPortalSecureCookieWithHTTPSPublicURL(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{PublicURL: "https://bus.example.com"})
+	setPassword(t, n, "", operatorPassword)
+	b := newBrowser(t, n)
+	// The jar keeps Secure cookies away from http: read Set-Cookie itself.
+	resp := b.do("GET", "/portal/signin", nil)
+	var signin *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sombus_signin" {
+			signin = c
+		}
+	}
+	if signin == nil || !signin.Secure || !signin.HttpOnly {
+		t.Fatalf("sign-in form cookie %+v: want Secure and HttpOnly", signin)
+	}
+	req, _ := http.NewRequest("POST", n.URL+"/portal/signin", strings.NewReader(url.Values{
+		"csrf": {signin.Value}, "email": {"operator@localhost"}, "password": {operatorPassword}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(signin)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	var sess *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "sombus_session" {
+			sess = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || sess == nil || !sess.Secure || !sess.HttpOnly || sess.SameSite != http.SameSiteLaxMode || sess.Path != "/portal/" {
+		t.Fatalf("sign in: %d, session cookie %+v", resp.StatusCode, sess)
+	}
+}
+
+func TestPortalErrorPagesHaveHeaders(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.signIn("operator@localhost", operatorPassword)
+	for path, want := range map[string]int{
+		"/portal/nothing-here":                              http.StatusNotFound,
+		"/portal/workspaces/w00000000000000000000000000":    http.StatusNotFound,
+		"/portal/workspaces/" + url.PathEscape("bad\x01id"): http.StatusNotFound,
+	} {
+		resp := b.do("GET", path, nil)
+		if resp.StatusCode != want || resp.Header.Get("Content-Security-Policy") != portal.ContentSecurityPolicy ||
+			resp.Header.Get("Cache-Control") != "no-store" || !strings.Contains(b.last, "<h1") {
+			t.Errorf("%s: %d, CSP %q, want %d with the portal's headers and an error page", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), want)
+		}
+	}
+	resp := b.do("DELETE", "/portal/", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("DELETE /portal/: %d", resp.StatusCode)
+	}
+	// A "next" outside the portal is ignored after signing in.
+	b2 := newBrowser(t, n)
+	b2.do("GET", "/portal/signin?next="+url.QueryEscape("//evil.example/portal/"), nil)
+	if strings.Contains(b2.last, "evil.example") {
+		t.Error("the sign-in page carries a next address outside the portal")
+	}
+	resp = b2.do("POST", "/portal/signin", url.Values{"csrf": {b2.csrf()}, "email": {"operator@localhost"}, "password": {operatorPassword},
+		"next": {"https://evil.example/"}})
+	if resp.Header.Get("Location") != "/portal/" {
+		t.Errorf("next outside the portal: redirected to %q", resp.Header.Get("Location"))
+	}
+}
+
+// TestPortalSessionSharedByNodes: nodes sharing a PostgreSQL database share
+// sessions: signed in on one, the cookie opens the portal on the other, and
+// signing out on the other ends it on both.
+func TestPortalSessionSharedByNodes(t *testing.T) {
+	store := pgtest.URL(t)
+	clock := bus.NewManualClock(time.Date(2026, 9, 25, 10, 15, 2, 0, time.UTC))
+	a := servertest.Start(t, servertest.Options{Store: store, Clock: clock})
+	b := servertest.Start(t, servertest.Options{Store: store, Clock: clock})
+	setPassword(t, a, "", operatorPassword)
+
+	ba := newBrowser(t, a)
+	if resp := ba.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in on node a: %d", resp.StatusCode)
+	}
+	var token string
+	for _, c := range ba.c.Jar.Cookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(a.URL, "http://"), Path: "/portal/"}) {
+		if c.Name == "sombus_session" {
+			token = c.Value
+		}
+	}
+	bb := newBrowser(t, b)
+	bb.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: strings.TrimPrefix(b.URL, "http://"), Path: "/portal/"},
+		[]*http.Cookie{{Name: "sombus_session", Value: token, Path: "/portal/"}})
+	if resp := bb.do("GET", "/portal/", nil); resp.StatusCode != 200 || !strings.Contains(bb.last, "Workspaces") {
+		t.Fatalf("node a's session on node b: %d", resp.StatusCode)
+	}
+	if resp := bb.do("POST", "/portal/signout", url.Values{"csrf": {bb.csrf()}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out on node b: %d", resp.StatusCode)
+	}
+	if resp := ba.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("node a after signing out on node b: %d, want a redirect to sign in", resp.StatusCode)
+	}
+}

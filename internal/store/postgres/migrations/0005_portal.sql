@@ -1,0 +1,19 @@
+-- 0005: the web portal: users' passwords and signed-in sessions, shared by
+-- every node of the database.
+
+-- A user's password hash: Argon2id in PHC string form (algorithm,
+-- parameters, salt and hash in one text). NULL: no password set, the user
+-- signs in with an API key only.
+ALTER TABLE users ADD COLUMN password_hash text;
+
+-- Portal sessions. Only the SHA-256 of the session token is kept.
+CREATE TABLE sessions (
+    token_hash   bytea PRIMARY KEY,
+    user_id      text NOT NULL,
+    csrf_token   text NOT NULL,
+    created_at   bigint NOT NULL,
+    last_seen_at bigint NOT NULL
+);
+CREATE INDEX sessions_user ON sessions (user_id);
+CREATE INDEX sessions_last_seen ON sessions (last_seen_at);
+CREATE INDEX sessions_created ON sessions (created_at);
