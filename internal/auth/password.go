@@ -16,13 +16,25 @@ import (
 // configurations OWASP's password storage guidance recommends, which takes
 // a few tens of milliseconds). Stored hashes carry their own parameters, so
 // these can be raised without making existing passwords unusable.
-const (
-	argonMemoryKiB = 19 * 1024
-	argonTime      = 2
-	argonThreads   = 1
-	argonSaltLen   = 16
-	argonKeyLen    = 32
+var (
+	argonMemoryKiB uint32 = 19 * 1024
+	argonTime      uint32 = 2
 )
+
+const (
+	argonThreads = 1
+	argonSaltLen = 16
+	argonKeyLen  = 32
+)
+
+// UseCheapPasswordHashes makes new password hashes cost 1 MiB and one pass
+// instead of 19 MiB and two, for test binaries that hash many passwords
+// (under the race detector a full hash takes over a second). Call it
+// before any test runs (in TestMain); never in a server. Hashes made
+// before or after verify alike: each carries its own parameters.
+func UseCheapPasswordHashes() {
+	argonMemoryKiB, argonTime = 1024, 1
+}
 
 // Bounds on the parameters a stored hash may ask for: a corrupt or hostile
 // row must not make a sign-in allocate gigabytes or run for minutes.
