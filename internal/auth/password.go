@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/argon2"
 )
@@ -62,7 +63,8 @@ func HashPassword(password string) string {
 
 // dummyPasswordHash is checked against when a user is unknown or has no
 // password, so that such a sign-in costs the same work as a wrong password.
-var dummyPasswordHash = HashPassword("sombus-no-such-password")
+// It is made on first use, with the parameters of new hashes then.
+var dummyPasswordHash = sync.OnceValue(func() string { return HashPassword("sombus-no-such-password") })
 
 // PasswordMatches reports whether password hashes to phc (a string
 // HashPassword returned). An empty or malformed phc never matches, after
@@ -70,7 +72,7 @@ var dummyPasswordHash = HashPassword("sombus-no-such-password")
 func PasswordMatches(password, phc string) bool {
 	p, err := parsePHC(phc)
 	if err != nil {
-		p, _ = parsePHC(dummyPasswordHash)
+		p, _ = parsePHC(dummyPasswordHash())
 		argon2.IDKey([]byte(password), p.salt, p.time, p.memory, p.threads, uint32(len(p.key)))
 		return false
 	}

@@ -49,7 +49,7 @@ const (
 
 // stepTimeout bounds one browser step (a navigation, a click and the page
 // it loads).
-const stepTimeout = 20 * time.Second
+const stepTimeout = 45 * time.Second
 
 var (
 	browserOnce   sync.Once
