@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/argon2"
 )
@@ -16,13 +17,25 @@ import (
 // configurations OWASP's password storage guidance recommends, which takes
 // a few tens of milliseconds). Stored hashes carry their own parameters, so
 // these can be raised without making existing passwords unusable.
-const (
-	argonMemoryKiB = 19 * 1024
-	argonTime      = 2
-	argonThreads   = 1
-	argonSaltLen   = 16
-	argonKeyLen    = 32
+var (
+	argonMemoryKiB uint32 = 19 * 1024
+	argonTime      uint32 = 2
 )
+
+const (
+	argonThreads = 1
+	argonSaltLen = 16
+	argonKeyLen  = 32
+)
+
+// UseCheapPasswordHashes makes new password hashes cost 1 MiB and one pass
+// instead of 19 MiB and two, for test binaries that hash many passwords
+// (under the race detector a full hash takes over a second). Call it
+// before any test runs (in TestMain); never in a server. Hashes made
+// before or after verify alike: each carries its own parameters.
+func UseCheapPasswordHashes() {
+	argonMemoryKiB, argonTime = 1024, 1
+}
 
 // Bounds on the parameters a stored hash may ask for: a corrupt or hostile
 // row must not make a sign-in allocate gigabytes or run for minutes.
@@ -50,7 +63,8 @@ func HashPassword(password string) string {
 
 // dummyPasswordHash is checked against when a user is unknown or has no
 // password, so that such a sign-in costs the same work as a wrong password.
-var dummyPasswordHash = HashPassword("sombus-no-such-password")
+// It is made on first use, with the parameters of new hashes then.
+var dummyPasswordHash = sync.OnceValue(func() string { return HashPassword("sombus-no-such-password") })
 
 // PasswordMatches reports whether password hashes to phc (a string
 // HashPassword returned). An empty or malformed phc never matches, after
@@ -58,7 +72,7 @@ var dummyPasswordHash = HashPassword("sombus-no-such-password")
 func PasswordMatches(password, phc string) bool {
 	p, err := parsePHC(phc)
 	if err != nil {
-		p, _ = parsePHC(dummyPasswordHash)
+		p, _ = parsePHC(dummyPasswordHash())
 		argon2.IDKey([]byte(password), p.salt, p.time, p.memory, p.threads, uint32(len(p.key)))
 		return false
 	}

@@ -42,3 +42,18 @@ func TestPasswordMatchesRefusesMalformedHashes(t *testing.T) {
 		}
 	}
 }
+
+func TestCheapPasswordHashesStillVerify(t *testing.T) {
+	full := HashPassword("correct horse battery staple")
+	defer func(m, tm uint32) { argonMemoryKiB, argonTime = m, tm }(argonMemoryKiB, argonTime)
+	UseCheapPasswordHashes()
+	cheap := HashPassword("correct horse battery staple")
+	if !strings.HasPrefix(cheap, "$argon2id$v=19$m=1024,t=1,p=1$") {
+		t.Fatalf("cheap hash %q", cheap)
+	}
+	for _, h := range []string{full, cheap} {
+		if !PasswordMatches("correct horse battery staple", h) || PasswordMatches("wrong", h) {
+			t.Errorf("hash %s does not verify by its own parameters", h[:30])
+		}
+	}
+}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server/servertest"
 )
@@ -48,7 +49,7 @@ const (
 
 // stepTimeout bounds one browser step (a navigation, a click and the page
 // it loads).
-const stepTimeout = 20 * time.Second
+const stepTimeout = 45 * time.Second
 
 var (
 	browserOnce   sync.Once
@@ -72,8 +73,10 @@ func ChromePath() string {
 	return ""
 }
 
-// Main runs a package's tests and then stops the shared browser.
+// Main runs a package's tests and then stops the shared browser. New
+// password hashes are cheap in these tests (auth.UseCheapPasswordHashes).
 func Main(m *testing.M) {
+	auth.UseCheapPasswordHashes()
 	code := m.Run()
 	if cancelBrowser != nil {
 		cancelBrowser()
