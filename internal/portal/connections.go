@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -425,17 +426,16 @@ func (p *Portal) showDeadLetters(w http.ResponseWriter, r *http.Request, s *Sess
 	return p.render(w, r, s, status, "deadletters", v)
 }
 
-// prettyJSON indents a JSON document; other bytes come back as they are.
+// prettyJSON indents a JSON document as the producer wrote it: members in
+// their order, numbers in their own digits (decoding into Go values would
+// sort the members and round big numbers). Other bytes come back as they
+// are.
 func prettyJSON(raw []byte) string {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
 		return string(raw)
 	}
-	out, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return string(raw)
-	}
-	return string(out)
+	return out.String()
 }
 
 func (p *Portal) deadLetterFail(w http.ResponseWriter, r *http.Request, s *Session, form string, err error) error {
