@@ -63,6 +63,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		"--batch 101":       "batch size must be 1 to 100",
 		"--nack-ratio 1":    "nack ratio",
 		"--visibility 10ms": "visibility must be 1s",
+		"--progress-every -1s": "must not be negative",
 	} {
 		_, _, err := c.run(append([]string{"bench", "--url", c.node.URL, "--api-key", servertest.BootstrapKey}, strings.Fields(args)...)...)
 		if err == nil || !strings.Contains(err.Error(), want) {
