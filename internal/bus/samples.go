@@ -56,22 +56,6 @@ func (s *Service) Sample(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// sampleLoop samples the queues every SampleEvery until ctx ends.
-func (s *Service) sampleLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SampleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.Sample(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("sample queues", "err", err)
-			}
-		}
-	}
-}
-
 // QueueHistory reads a consumer queue's samples taken at or after since,
 // oldest first (viewers). Samples older than the keep time are gone.
 func (s *Service) QueueHistory(ctx context.Context, a *Actor, workspaceID, connectionID string, since time.Time) ([]QueueSample, error) {

@@ -150,7 +150,10 @@ func (s *Service) Start() {
 	s.bgDone.Add(3)
 	go func() {
 		defer s.bgDone.Done()
-		s.sampleLoop(ctx)
+		s.every(ctx, s.cfg.SampleEvery, "sample queues", func(ctx context.Context) error {
+			_, err := s.Sample(ctx)
+			return err
+		})
 	}()
 	go func() {
 		defer s.bgDone.Done()
@@ -160,19 +163,28 @@ func (s *Service) Start() {
 	}()
 	go func() {
 		defer s.bgDone.Done()
-		t := time.NewTicker(s.cfg.MaintainEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
-					s.log.Error("maintain", "err", err)
-				}
+		s.every(ctx, s.cfg.MaintainEvery, "maintain", func(ctx context.Context) error {
+			_, err := s.Maintain(ctx)
+			return err
+		})
+	}()
+}
+
+// every runs f every d until ctx ends; an error is logged as what failed
+// (unless it came from ctx ending) and the next round comes all the same.
+func (s *Service) every(ctx context.Context, d time.Duration, what string, f func(context.Context) error) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error(what, "err", err)
 			}
 		}
-	}()
+	}
 }
 
 // Maintain runs one round of background work now.

@@ -1,7 +1,8 @@
 // Package edge guards a node's HTTP edge: it tells who the client is when
 // trusted proxies forward its requests, caps the connections one client
-// address may hold open, and bounds how long a request body may take to
-// arrive. It depends on nothing else of sombus.
+// address may hold open, bounds how long a request body may take to
+// arrive, and learns the standard mux's own answers without their bodies.
+// It depends on nothing else of sombus.
 package edge
 
 import (

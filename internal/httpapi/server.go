@@ -14,6 +14,7 @@ import (
 
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 	"github.com/sombus/sombus/internal/limits"
 	"github.com/sombus/sombus/internal/openapi"
 )
@@ -151,15 +152,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		// The mux answers 404 or 405 here; learn which (and the Allow header)
 		// without letting it write its plain-text body.
-		rec := &statusRecorder{header: http.Header{}}
-		h.ServeHTTP(rec, r)
-		if rec.code == http.StatusMethodNotAllowed {
-			w.Header().Set("Allow", rec.Header().Get("Allow"))
-			writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, rec.Header().Get("Allow")))
+		code, header := edge.Recorded(h, r)
+		if code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", header.Get("Allow"))
+			writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, header.Get("Allow")))
 			return
 		}
-		if rec.code == http.StatusMovedPermanently || rec.code == http.StatusTemporaryRedirect || rec.code == http.StatusPermanentRedirect {
-			writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, rec.Header().Get("Location")))
+		if code == http.StatusMovedPermanently || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
+			writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, header.Get("Location")))
 			return
 		}
 		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
@@ -168,25 +168,4 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The mux itself dispatches, so that r.PathValue works in handlers
 	// (Handler above does not set path values).
 	s.mux.ServeHTTP(w, r)
-}
-
-// statusRecorder keeps the status and headers the mux's 404, 405 and
-// redirect handlers write and drops their body. (httptest.ResponseRecorder
-// would do, but it links the testing package into the binary.)
-type statusRecorder struct {
-	header http.Header
-	code   int
-}
-
-func (r *statusRecorder) Header() http.Header { return r.header }
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-}
-
-func (r *statusRecorder) Write(p []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return len(p), nil
 }

@@ -61,6 +61,7 @@ import (
 
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/edge"
 	"github.com/sombus/sombus/internal/limits"
 )
 
@@ -181,13 +182,12 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		// Let the mux answer its redirects (unclean paths); 404 and 405
 		// become pages.
-		rec := &statusRecorder{header: http.Header{}}
-		h2.ServeHTTP(rec, r)
-		switch rec.code {
+		code, header := edge.Recorded(h2, r)
+		switch code {
 		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-			http.Redirect(w, r, rec.header.Get("Location"), rec.code)
+			http.Redirect(w, r, header.Get("Location"), code)
 		case http.StatusMethodNotAllowed:
-			w.Header().Set("Allow", rec.header.Get("Allow"))
+			w.Header().Set("Allow", header.Get("Allow"))
 			p.renderError(w, r, nil, http.StatusMethodNotAllowed, "Not allowed", "This address does not take a "+r.Method+" request.")
 		default:
 			p.renderError(w, r, nil, http.StatusNotFound, "Page not found", "There is no portal page at this address.")
@@ -370,25 +370,6 @@ func (p *Portal) redirect(w http.ResponseWriter, r *http.Request, path, notice s
 		}
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther) //nolint:gosec // path is a portal path the handlers build, ids path-escaped
-}
-
-// statusRecorder keeps the status and headers the mux's own answers write.
-type statusRecorder struct {
-	header http.Header
-	code   int
-}
-
-func (r *statusRecorder) Header() http.Header { return r.header }
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-}
-
-func (r *statusRecorder) Write(p []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return len(p), nil
 }
 
 // static serves the embedded assets.
