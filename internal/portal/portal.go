@@ -185,7 +185,7 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		code, header := edge.Recorded(h2, r)
 		switch code {
 		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-			http.Redirect(w, r, header.Get("Location"), code)
+			http.Redirect(w, r, header.Get("Location"), code) //nolint:gosec // the mux's own redirect to the cleaned path of this request, on this host
 		case http.StatusMethodNotAllowed:
 			w.Header().Set("Allow", header.Get("Allow"))
 			p.renderError(w, r, nil, http.StatusMethodNotAllowed, "Not allowed", "This address does not take a "+r.Method+" request.")
