@@ -127,8 +127,10 @@ func (l *pgLink) waitReady(t testing.TB, within time.Duration) time.Duration {
 // within milliseconds again, both for a publish on A and for one on B (which
 // A hears of only through its LISTEN connection): after a cut while a long
 // poll waits, and after a cut while LISTEN is A's only connection.
+//
+// It does not run in parallel with the package's other tests (it runs
+// first, alone): its wake-ups are timed.
 func TestPostgresConnectionLoss(t *testing.T) {
-	t.Parallel()
 	l := newPGLink(t)
 	ctx := context.Background()
 	a := l.a
@@ -429,8 +431,27 @@ func drainAll(t testing.TB, n *node, c conn, want string) {
 // wakeRounds: a long poll waiting on A answers within milliseconds of a
 // publish on B (B's NOTIFY reaches A only over A's LISTEN connection, which
 // went through the cut) and of a publish on A, not at A's fallback poll
-// (once a second).
+// (once a second). A loaded machine gets a second set of rounds.
 func wakeRounds(t *testing.T, l *pgLink, when string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		lat := wakeLatencies(t, l)
+		t.Logf("%s: publish (on B, A, B, …) to the long poll's answer on A: %v", when, lat)
+		slices.Sort(lat)
+		// Loose enough for a loaded machine, tight enough that A's
+		// fallback poll (once a second) cannot pass for a wake-up.
+		if lat[len(lat)/2] <= 250*time.Millisecond && lat[len(lat)-1] <= 900*time.Millisecond {
+			return
+		}
+		if try == 2 {
+			t.Fatalf("%s: wake-up latencies %v: want a median under 250ms and none over 900ms (the fallback poll is 1s)", when, lat)
+		}
+	}
+}
+
+// wakeLatencies measures 6 wake-ups, from the start of the publish request
+// (an upper bound) to the long poll's answer.
+func wakeLatencies(t *testing.T, l *pgLink) []time.Duration {
 	t.Helper()
 	var lat []time.Duration
 	for round := range 6 {
@@ -452,13 +473,7 @@ func wakeRounds(t *testing.T, l *pgLink, when string) {
 		lat = append(lat, r.at.Sub(start))
 		ackAll(t, l.a, l.cons, r.msgs)
 	}
-	t.Logf("%s: publish (on B, A, B, …) to the long poll's answer on A: %v", when, lat)
-	slices.Sort(lat)
-	// Loose enough for a loaded machine, tight enough that A's fallback
-	// poll (once a second) cannot pass for a wake-up.
-	if lat[len(lat)/2] > 250*time.Millisecond || lat[len(lat)-1] > 900*time.Millisecond {
-		t.Fatalf("%s: wake-up latencies %v: want a median under 250ms and none over 900ms (the fallback poll is 1s)", when, lat)
-	}
+	return lat
 }
 
 // doForm posts a form with HTTP Basic credentials and reads the answer.
