@@ -215,7 +215,7 @@ func (n *node) tryStart(within time.Duration) error {
 			n.cmd = nil
 			n.mu.Unlock()
 			lw.stop()
-			return fmt.Errorf("exited before it was ready: %v\n%s", err, lastLines(lw.text(), 20))
+			return fmt.Errorf("exited before it was ready: %w\n%s", err, lastLines(lw.text(), 20))
 		default:
 		}
 		resp, err := c.Get(n.URL + "/readyz")
