@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sombus/sombus/internal/loadcheck"
 )
 
 // TestDiskFull fills the embedded store's disk while a node runs: a real
@@ -164,6 +166,46 @@ func TestDiskFull(t *testing.T) {
 	if !v.ok() {
 		t.Errorf("after the disk was full: %s", v)
 	}
+	// Again under the load runner: the disk fills mid-load and frees up a
+	// second after the first refusal; the checker finds nothing lost.
+	var progress progressLog
+	cfg := loadConfig(n.URL, 8*time.Second)
+	cfg.Progress = progress.record
+	cfg.ProgressEvery = 100 * time.Millisecond
+	done := make(chan struct{})
+	var rep *loadcheck.Report
+	var rerr error
+	go func() {
+		defer close(done)
+		rep, rerr = loadcheck.Run(context.Background(), cfg)
+	}()
+	progress.waitAccepted(t, 100, 30*time.Second)
+	if filler, size, err = fill(inside); err != nil {
+		t.Fatalf("fill the tmpfs: %v", err)
+	}
+	filled := time.Now()
+	for progress.get().Errors == 0 && time.Since(filled) < 5*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	errsAtFull := progress.get().Errors
+	time.Sleep(time.Second)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	fullFor := time.Since(filled)
+	<-done
+	checkReport(t, rep, rerr)
+	if rep != nil {
+		t.Logf("disk full under load (%d KiB filled, full for %s, %d refusals before the last second of it): %s",
+			size>>10, fullFor.Round(time.Millisecond), errsAtFull, summary(rep))
+		if rep.Errors["store.unavailable"]+rep.Errors["consumer.queue_unavailable"] == 0 {
+			t.Errorf("the load met no 503 while the disk was full: %v", rep.Errors)
+		}
+	}
+	if got := n.pid(); got != pid {
+		t.Fatalf("the node was restarted (pid %d, then %d)", pid, got)
+	}
+
 	if strings.Contains(n.logs.text(), "FSYNC OF THE WAL FAILED") {
 		t.Errorf("a full disk put the store in its failed-fsync state")
 	}
