@@ -24,6 +24,7 @@ func cliCommands() []*cobra.Command {
 		newWorkspaceCommand(), newUserCommand(), newKeyCommand(), newMemberCommand(),
 		newConnectionCommand(), newSecretCommand(), newDeadLettersCommand(), newPurgeCommand(),
 		newAuditCommand(), newPublishCommand(), newReceiveCommand(), newSkillsCommand(),
+		newBenchCommand(),
 	}
 }
 

@@ -429,7 +429,7 @@ func (r *run) load(ctx context.Context) error {
 		recvs.Add(1)
 		go func() {
 			defer recvs.Done()
-			if err := r.receiver(recvCtx, cfg.ReceiveWait); err != nil {
+			if err := r.receiver(recvCtx); err != nil {
 				fatal <- err
 			}
 		}()
@@ -462,25 +462,19 @@ func (r *run) load(ctx context.Context) error {
 		}
 		drain.Stop()
 		tick.Stop()
+		if err == nil && ctx.Err() == nil {
+			// Quiet: the receivers go on a little; whatever still comes
+			// back is checked (an acknowledged message must not).
+			r.setPhase("quiet")
+			select {
+			case <-time.After(cfg.Quiet):
+			case err = <-fatal:
+			case <-ctx.Done():
+			}
+		}
 	}
 	stopRecv()
 	recvs.Wait()
-	if err == nil && ctx.Err() == nil {
-		// Quiet: whatever still comes back is checked (an acknowledged
-		// message must not).
-		r.setPhase("quiet")
-		qctx, qcancel := context.WithTimeout(ctx, cfg.Quiet)
-		var q sync.WaitGroup
-		for range cfg.Receivers {
-			q.Add(1)
-			go func() {
-				defer q.Done()
-				_ = r.receiver(qctx, min(cfg.ReceiveWait, cfg.Quiet))
-			}()
-		}
-		q.Wait()
-		qcancel()
-	}
 	cancel()
 	pubs.Wait()
 	if err == nil {

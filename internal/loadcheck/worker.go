@@ -110,8 +110,9 @@ func (r *run) publisher(ctx context.Context, p int) error {
 }
 
 // receiver receives, checks and settles until ctx ends.
-func (r *run) receiver(ctx context.Context, wait time.Duration) error {
+func (r *run) receiver(ctx context.Context) error {
 	cfg := r.cfg
+	wait := cfg.ReceiveWait
 	if wait <= 0 {
 		wait = client.NoWait
 	}
