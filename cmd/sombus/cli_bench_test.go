@@ -59,10 +59,11 @@ func TestBenchTableAndFailingVerdict(t *testing.T) {
 func TestBenchRefusesBadFlags(t *testing.T) {
 	c := benchCLI(t)
 	for args, want := range map[string]string{
-		"--receive-max 11":  "receive max must be 1 to 10",
-		"--batch 101":       "batch size must be 1 to 100",
-		"--nack-ratio 1":    "nack ratio",
-		"--visibility 10ms": "visibility must be 1s",
+		"--receive-max 11":     "receive max must be 1 to 10",
+		"--batch 101":          "batch size must be 1 to 100",
+		"--nack-ratio 1":       "nack ratio",
+		"--visibility 10ms":    "visibility must be 1s",
+		"--progress-every -1s": "must not be negative",
 	} {
 		_, _, err := c.run(append([]string{"bench", "--url", c.node.URL, "--api-key", servertest.BootstrapKey}, strings.Fields(args)...)...)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -159,6 +159,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("loadcheck: nack ratio must be 0 to less than 1 (got %g)", c.NackRatio)
 	case c.Rate < 0:
 		return fmt.Errorf("loadcheck: rate must not be negative (got %g)", c.Rate)
+	case c.DrainTimeout < 0 || c.Quiet < 0 || c.ProgressEvery < 0 || c.RequestTimeout < 0:
+		return errors.New("loadcheck: drain timeout, quiet period, progress interval and request timeout must not be negative")
 	}
 	return nil
 }

@@ -311,7 +311,7 @@ func (r *run) progress(done <-chan struct{}) {
 			secs := now.Sub(lastAt).Seconds()
 			p.PublishRate = float64(c.Accepted-last.Accepted) / secs
 			p.DeliveryRate = float64(c.Delivered-last.Delivered) / secs
-			p.Backlog = c.Accepted - c.Acked
+			p.Backlog = max(0, c.Accepted-c.Acked)
 			last, lastAt = c, now
 			if cfg.Progress != nil {
 				cfg.Progress(p)
