@@ -3,7 +3,7 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 # FUZZTIME is how long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 60s
 
-.PHONY: help build run test test-short lint bench fuzz ci
+.PHONY: help build run test test-short lint bench fuzz crash-long ci
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 build: ## build the sombus binary into ./bin
@@ -21,5 +21,7 @@ bench: ## the message-path benchmarks over HTTP (see docs/benchmarks.md)
 	go test -run '^$$' -bench . -benchtime 3s ./internal/bench/
 fuzz: ## run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
+crash-long: ## the crash and fault tests' long forms: 50 SIGKILLs per store, 20 PostgreSQL cuts, 10 node kills (needs PostgreSQL)
+	go test -race -count=1 -timeout 30m -v -run . ./internal/faulttest/ -args -long
 ci: ## what CI runs
 	bash .ci/run

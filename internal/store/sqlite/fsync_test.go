@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -146,5 +147,102 @@ func TestFailedFsyncStopsWrites(t *testing.T) {
 	}
 	if errors.Is(s2.Ping(ctx), bus.ErrUnavailable) {
 		t.Fatal("a restarted store is not ready")
+	}
+}
+
+// TestFullDiskIsNotAFailedFsync: a write that finds the disk full (SQLite's
+// SQLITE_FULL, here from a max_page_count the test sets; the kernel's
+// ENOSPC on a write gives the same code) is refused as unavailable, its
+// transaction rolls back and nothing is lost; the store is not put in its
+// failed state, and once there is room it takes writes again without a
+// restart. A failed fsync of the WAL, ENOSPC included, is different: the
+// store then refuses writes until it is reopened. (The faulttest package
+// fills a real filesystem under a running node.)
+func TestFullDiskIsNotAFailedFsync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "full.db"), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	ws, prod, cons := setupQueue(t, s, 5)
+	publish := func(id string) error {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow})
+		return err
+	}
+	setMaxPages := func(extra int) {
+		t.Helper()
+		err := s.w.do(ctx, func(d *dbq) error {
+			var n int
+			if err := d.row("PRAGMA page_count").Scan(&n); err != nil {
+				return err
+			}
+			_, err := d.exec(fmt.Sprintf("PRAGMA max_page_count = %d", n+extra))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("set max_page_count: %v", err)
+		}
+	}
+	if err := publish("before"); err != nil {
+		t.Fatal(err)
+	}
+
+	setMaxPages(0) // the database may not grow by a page
+	var full error
+	accepted := []string{"before"}
+	for i := 0; full == nil; i++ {
+		if i == 10000 {
+			t.Fatal("10000 publishes fitted in a database that may not grow")
+		}
+		id := fmt.Sprintf("m%d", i)
+		if full = publish(id); full == nil {
+			accepted = append(accepted, id)
+		}
+	}
+	if !bus.IsUnavailable(full) || !strings.Contains(full.Error(), "full") {
+		t.Fatalf("publish on a full disk: %v, want bus.ErrUnavailable saying the disk is full", full)
+	}
+	if err := s.w.failure(); err != nil {
+		t.Fatalf("a full disk put the store in its failed state: %v", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping on a full disk: %v", err)
+	}
+
+	setMaxPages(1 << 20) // room again: writes go on, the same store
+	if err := publish("after"); err != nil {
+		t.Fatalf("publish once there is room: %v", err)
+	}
+	accepted = append(accepted, "after")
+	got := map[string]bool{}
+	for {
+		res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: cons, Max: 10, Visibility: 60e9, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) == 0 {
+			break
+		}
+		for _, m := range res.Deliveries {
+			got[m.MessageID] = true
+		}
+	}
+	for _, id := range accepted {
+		if !got[id] {
+			t.Errorf("%s was accepted before or after the full disk and is gone", id)
+		}
+	}
+
+	// ENOSPC from an fsync of the WAL: refused until a restart.
+	s.setSyncFile(func(string) error { return syscall.ENOSPC })
+	if err := publish("fsync-full"); !bus.IsUnavailable(err) {
+		t.Fatalf("publish whose fsync failed with ENOSPC: %v, want bus.ErrUnavailable", err)
+	}
+	s.setSyncFile(nil)
+	if err := publish("later"); !bus.IsUnavailable(err) || s.w.failure() == nil {
+		t.Fatalf("publish after an fsync failed with ENOSPC: %v, want the failed state", err)
 	}
 }
