@@ -184,8 +184,16 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("fill the tmpfs: %v", err)
 	}
 	filled := time.Now()
-	for progress.get().Errors == 0 && time.Since(filled) < 5*time.Second {
-		time.Sleep(20 * time.Millisecond)
+	// Make sure the disk is full for the store, not only for the filler:
+	// SQLite reuses the space its WAL already holds, so only writes that
+	// grow a file meet ENOSPC. Batches of padded messages do, within a few
+	// tries; the load runs on beside them.
+	refusedUnderLoad := false
+	for !refusedUnderLoad && time.Since(filled) < 5*time.Second {
+		refusedUnderLoad = publishBatch().Status == 503
+	}
+	if !refusedUnderLoad {
+		t.Fatalf("the store took every write for 5 s after the disk was filled")
 	}
 	errsAtFull := progress.get().Errors
 	time.Sleep(time.Second)
@@ -198,9 +206,9 @@ func TestDiskFull(t *testing.T) {
 	if rep != nil {
 		t.Logf("disk full under load (%d KiB filled, full for %s, %d refusals before the last second of it): %s",
 			size>>10, fullFor.Round(time.Millisecond), errsAtFull, summary(rep))
-		if rep.Errors["store.unavailable"]+rep.Errors["consumer.queue_unavailable"] == 0 {
-			t.Errorf("the load met no 503 while the disk was full: %v", rep.Errors)
-		}
+		// The load's own small writes may all fit in the WAL's space (see
+		// above), so its 503s are reported, not required.
+		t.Logf("503s the load met while the disk was full: %d", rep.Errors["store.unavailable"]+rep.Errors["consumer.queue_unavailable"])
 	}
 	if got := n.pid(); got != pid {
 		t.Fatalf("the node was restarted (pid %d, then %d)", pid, got)
