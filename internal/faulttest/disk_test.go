@@ -214,7 +214,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("the node was restarted (pid %d, then %d)", pid, got)
 	}
 
-	if strings.Contains(n.logs.text(), "FSYNC OF THE WAL FAILED") {
+	if strings.Contains(n.logs.Text(), "FSYNC OF THE WAL FAILED") {
 		t.Errorf("a full disk put the store in its failed-fsync state")
 	}
 }

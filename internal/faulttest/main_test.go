@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sombus/sombus/internal/server/servertest"
 )
 
 // long runs the long forms: 50 kills per store instead of 5, longer loads.
@@ -69,62 +71,6 @@ func freeAddr(t testing.TB) string {
 	return addr
 }
 
-// memDir is a temporary directory in memory (/dev/shm) when the machine has
-// one: a SIGKILL ends the process, not the machine, so the page cache keeps
-// every write and the disk's speed only slows the test down.
-func memDir(t testing.TB) string {
-	t.Helper()
-	if dir, err := os.MkdirTemp("/dev/shm", "sombus-faulttest-"); err == nil {
-		t.Cleanup(func() { _ = os.RemoveAll(dir) })
-		return dir
-	}
-	return t.TempDir()
-}
-
-// logWriter sends a process's output to t.Log line by line while the test
-// runs, and keeps the last lines for a failure message.
-type logWriter struct {
-	t    testing.TB
-	name string
-	mu   sync.Mutex
-	done bool
-	buf  bytes.Buffer
-	all  strings.Builder
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	for {
-		line, err := w.buf.ReadString('\n')
-		if err != nil {
-			w.buf.WriteString(line) // keep the partial line
-			break
-		}
-		if w.all.Len() < 1<<20 {
-			w.all.WriteString(line)
-		}
-		if !w.done {
-			w.t.Logf("[%s] %s", w.name, strings.TrimRight(line, "\n"))
-		}
-	}
-	return len(p), nil
-}
-
-func (w *logWriter) stop() {
-	w.mu.Lock()
-	w.done = true
-	w.mu.Unlock()
-}
-
-// text is everything the process wrote so far (up to 1 MiB).
-func (w *logWriter) text() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.all.String()
-}
-
 // node is a `sombus serve` process that may be killed and started again on
 // the same address and store.
 type node struct {
@@ -142,7 +88,7 @@ type node struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
-	logs    *logWriter
+	logs    *servertest.ProcessLog
 	starts  int
 }
 
@@ -188,7 +134,7 @@ func (n *node) tryStart(within time.Duration) error {
 	} else {
 		cmd = exec.Command(args[0], args[1:]...)
 	}
-	lw := &logWriter{t: n.t, name: fmt.Sprintf("%s#%d", n.name, n.starts)}
+	lw := servertest.NewProcessLog(n.t, fmt.Sprintf("%s#%d", n.name, n.starts))
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
 		n.mu.Unlock()
@@ -214,8 +160,8 @@ func (n *node) tryStart(within time.Duration) error {
 			err := n.waitErr
 			n.cmd = nil
 			n.mu.Unlock()
-			lw.stop()
-			return fmt.Errorf("exited before it was ready: %w\n%s", err, lastLines(lw.text(), 20))
+			lw.Stop()
+			return fmt.Errorf("exited before it was ready: %w\n%s", err, lastLines(lw.Text(), 20))
 		default:
 		}
 		resp, err := c.Get(n.URL + "/readyz")
@@ -254,7 +200,7 @@ func (n *node) kill() {
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
-	lw.stop()
+	lw.Stop()
 }
 
 // stop ends the process with SIGTERM (SIGKILL after 15 s); the test fails
@@ -275,7 +221,7 @@ func (n *node) stop() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	lw.stop()
+	lw.Stop()
 }
 
 // lastLines is the last k lines of s.

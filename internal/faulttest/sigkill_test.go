@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/loadcheck"
+	"github.com/sombus/sombus/internal/server/servertest"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
@@ -31,7 +32,7 @@ func TestSIGKILL(t *testing.T) {
 	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		killUnderLoad(t, "sqlite:"+filepath.Join(memDir(t), "sombus.db"))
+		killUnderLoad(t, "sqlite:"+filepath.Join(servertest.TempDir(t), "sombus.db"))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()

@@ -12,7 +12,6 @@ package server_test
 // when it is unreachable the test fails under CI=true and skips elsewhere.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,32 +85,6 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// logWriter sends a process's output to t.Log line by line until the test ends.
-type logWriter struct {
-	t    *testing.T
-	name string
-	mu   sync.Mutex
-	done bool
-	buf  bytes.Buffer
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	for {
-		line, err := w.buf.ReadString('\n')
-		if err != nil {
-			w.buf.WriteString(line) // keep the partial line
-			break
-		}
-		if !w.done {
-			w.t.Logf("[%s] %s", w.name, strings.TrimRight(line, "\n"))
-		}
-	}
-	return len(p), nil
-}
-
 // startNode runs `sombus serve` on storeURL and waits until it is ready.
 func startNode(t *testing.T, name, storeURL string) *node {
 	t.Helper()
@@ -132,7 +105,7 @@ func tryStartNode(t *testing.T, name, storeURL string) (*node, error) {
 	cmd := exec.Command(sombusBinary, "serve",
 		"--listen", addr, "--store", storeURL, "--bootstrap-key", bootstrapKey,
 		"--public-url", publicURL, "--log-format", "text", "--log-level", "warn")
-	lw := &logWriter{t: t, name: name}
+	lw := servertest.NewProcessLog(t, name)
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -148,18 +121,14 @@ func tryStartNode(t *testing.T, name, storeURL string) (*node, error) {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-		lw.mu.Lock()
-		lw.done = true
-		lw.mu.Unlock()
+		lw.Stop()
 	}
 	n := &node{name: name, url: "http://" + addr, http: &http.Client{Timeout: 30 * time.Second}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
 		case err := <-exited:
-			lw.mu.Lock()
-			lw.done = true
-			lw.mu.Unlock()
+			lw.Stop()
 			return nil, fmt.Errorf("exited before it was ready: %w", err)
 		default:
 		}
