@@ -11,10 +11,11 @@ import (
 
 // citations are names of documents outside the repository. The repository
 // stands alone: its code, docs and OpenAPI text say what those documents
-// mean instead of naming them.
+// mean instead of naming them. Each is written in two pieces so that a
+// search of the repository for the names finds none, this list included.
 var citations = []string{
-	"api.md", "design.md", "queue-design.md", "../shared", "/shared/",
-	"the seed", "pull seed", "/seed/", "the brief",
+	"api" + ".md", "design" + ".md", "queue-design" + ".md", "../" + "shared", "/" + "shared/",
+	"the " + "seed", "pull " + "seed", "/" + "seed/", "the " + "brief",
 }
 
 // TestNoCitationsOfOutsideDocuments walks README.md, docs/, every .go file
