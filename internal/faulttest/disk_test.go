@@ -225,7 +225,7 @@ func checkUnavailable(t testing.TB, what string, a *answer, rule string) {
 	if a.Header.Get("Retry-After") == "" {
 		t.Errorf("%s: 503 without Retry-After", what)
 	}
-	if got := a.rule(); got != rule {
+	if got := a.Rule(); got != rule {
 		t.Errorf("%s: 503 rule %q, want %q: %s", what, got, rule, a)
 	}
 }
@@ -348,7 +348,7 @@ func drain(t testing.TB, n *node, c conn, l *ledger, limit int) {
 		}
 		var hs []string
 		for _, m := range ms {
-			id := m.id()
+			id := m.MessageID()
 			if l.acked[id] {
 				l.back = append(l.back, id)
 			}
@@ -367,7 +367,7 @@ func drain(t testing.TB, n *node, c conn, l *ledger, limit int) {
 			t.Fatalf("drain: ack: %s", a)
 		}
 		for _, m := range ms {
-			l.acked[m.id()] = true
+			l.acked[m.MessageID()] = true
 		}
 		done += len(ms)
 	}

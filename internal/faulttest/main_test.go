@@ -1,7 +1,6 @@
 package faulttest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -234,61 +233,12 @@ func lastLines(s string, k int) string {
 }
 
 // answer is an HTTP answer read whole.
-type answer struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// rule is the first violation's rule of a refusal body ("" if none).
-func (a *answer) rule() string {
-	var b struct {
-		Violations []struct {
-			Rule string `json:"rule"`
-		} `json:"violations"`
-	}
-	_ = json.Unmarshal(a.Body, &b)
-	if len(b.Violations) == 0 {
-		return ""
-	}
-	return b.Violations[0].Rule
-}
-
-func (a *answer) String() string {
-	return fmt.Sprintf("%d %s", a.Status, bytes.TrimSpace(a.Body))
-}
+type answer = servertest.Response
 
 // do sends a request with an optional bearer credential and a JSON body;
 // safe from any goroutine (it returns errors, it never fails the test).
 func (n *node) do(ctx context.Context, method, path, bearer string, body any) (*answer, error) {
-	var rd io.Reader
-	if body != nil {
-		j, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := n.HTTP.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("read answer: %w", err)
-	}
-	return &answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	return servertest.Call(ctx, n.HTTP, n.URL, method, path, bearer, body)
 }
 
 // must is do for the test goroutine: it fails the test unless the answer
@@ -387,21 +337,7 @@ func messagesPath(c conn) string { return "/v1/tenants/" + c.ws + "/consumers/" 
 func ackPath(c conn) string      { return "/v1/tenants/" + c.ws + "/consumers/" + c.id + "/ack" }
 
 // received is a message of a receive answer.
-type received struct {
-	ReceiptHandle string          `json:"receipt_handle"`
-	CorrelationID string          `json:"correlation_id"`
-	ReceiveCount  int             `json:"receive_count"`
-	Envelope      json.RawMessage `json:"envelope"`
-}
-
-// id is the envelope's message_id.
-func (m received) id() string {
-	var e struct {
-		MessageID string `json:"message_id"`
-	}
-	_ = json.Unmarshal(m.Envelope, &e)
-	return e.MessageID
-}
+type received = servertest.Message
 
 // receive receives on n; it returns the messages of a 200 answer, and the
 // answer itself (nil with a transport error).

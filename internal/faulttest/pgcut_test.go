@@ -166,8 +166,8 @@ func TestPostgresConnectionLoss(t *testing.T) {
 				if a.Header.Get("Retry-After") == "" {
 					t.Errorf("%s: %d without Retry-After", what, a.Status)
 				}
-				if rule != "" && a.rule() != rule {
-					t.Errorf("%s: rule %q, want %q: %s", what, a.rule(), rule, a)
+				if rule != "" && a.Rule() != rule {
+					t.Errorf("%s: rule %q, want %q: %s", what, a.Rule(), rule, a)
 				}
 			}
 			r, err := a.do(ctx, "POST", publishPath(l.prod), l.prod.token, envelope(fmt.Sprintf("out-%d", round), "s-out", round, ""))
@@ -237,7 +237,7 @@ func TestPostgresConnectionLoss(t *testing.T) {
 		l.px.setDown(false)
 		select {
 		case r := <-poll.done:
-			if r.err != nil || (r.ans.Status != 503 && r.ans.Status != 200) || (r.ans.Status == 503 && r.ans.rule() != "consumer.queue_unavailable") {
+			if r.err != nil || (r.ans.Status != 503 && r.ans.Status != 200) || (r.ans.Status == 503 && r.ans.Rule() != "consumer.queue_unavailable") {
 				t.Fatalf("a long poll during the outage: %v %v", r.ans, r.err)
 			}
 			if r.ans.Status == 200 && len(r.msgs) > 0 {
@@ -295,7 +295,7 @@ func publishRetrying(t testing.TB, n *node, c conn, env any) int {
 		switch {
 		case a.Status == 202:
 			return retries
-		case a.Status == 503 && a.rule() == "store.unavailable" && a.Header.Get("Retry-After") != "" && time.Now().Before(deadline):
+		case a.Status == 503 && a.Rule() == "store.unavailable" && a.Header.Get("Retry-After") != "" && time.Now().Before(deadline):
 			time.Sleep(100 * time.Millisecond)
 		default:
 			t.Fatalf("publish on %s: %s after %d retries", n.name, a, retries)
@@ -419,7 +419,7 @@ func drainAll(t testing.TB, n *node, c conn, want string) {
 			break
 		}
 		for _, m := range ms {
-			found = found || m.id() == want
+			found = found || m.MessageID() == want
 		}
 		ackAll(t, n, c, ms)
 	}
@@ -467,7 +467,7 @@ func wakeLatencies(t *testing.T, l *pgLink) []time.Duration {
 		id := fmt.Sprintf("wake-%d-%d", time.Now().UnixNano(), round)
 		pub.must(t, 202, "POST", publishPath(l.prod), l.prod.token, envelope(id, "s-wake", round, ""), nil)
 		r := p.wait(t, 15*time.Second)
-		if r.err != nil || r.ans.Status != 200 || len(r.msgs) != 1 || r.msgs[0].id() != id {
+		if r.err != nil || r.ans.Status != 200 || len(r.msgs) != 1 || r.msgs[0].MessageID() != id {
 			t.Fatalf("round %d: long poll on A: %v %v", round, r.ans, r.err)
 		}
 		lat = append(lat, r.at.Sub(start))

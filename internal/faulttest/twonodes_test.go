@@ -137,10 +137,10 @@ func TestTwoNodesOneKilled(t *testing.T) {
 	// …and then comes back, each once, delivered a second time.
 	seen := map[string]bool{}
 	for _, m := range back {
-		if m.ReceiveCount != 2 || seen[m.id()] {
-			t.Errorf("message %s came back with receive_count %d (seen before: %v)", m.id(), m.ReceiveCount, seen[m.id()])
+		if m.ReceiveCount != 2 || seen[m.MessageID()] {
+			t.Errorf("message %s came back with receive_count %d (seen before: %v)", m.MessageID(), m.ReceiveCount, seen[m.MessageID()])
 		}
-		seen[m.id()] = true
+		seen[m.MessageID()] = true
 	}
 	for i := range 10 {
 		if !seen[fmt.Sprintf("h%d", i)] {

@@ -160,6 +160,11 @@ func (r *Response) Decode(t testing.TB, v any) {
 	}
 }
 
+// String is the status and the body, for failure messages.
+func (r *Response) String() string {
+	return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body))
+}
+
 // Rule returns the first violation's rule of a refusal body ("" if none).
 func (r *Response) Rule() string {
 	var b struct {
