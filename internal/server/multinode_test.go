@@ -346,42 +346,57 @@ func testWakeUp(t *testing.T, a, b *node) {
 	ws := workspace(t, a, "wake")
 	prod := newConn(t, a, a, ws, "producer", nil)
 	cons := newConn(t, a, b, ws, "consumer", nil)
-	var lat []time.Duration
-	for round := range 5 {
-		type result struct {
-			msgs []received
-			ans  *answer
-			err  error
-			at   time.Time
+	seq := 0
+	// rounds publishes 5 messages on A, each while a long poll waits on B,
+	// and returns how long each poll took to answer after its publish began.
+	rounds := func() []time.Duration {
+		var lat []time.Duration
+		for range 5 {
+			type result struct {
+				msgs []received
+				ans  *answer
+				err  error
+				at   time.Time
+			}
+			done := make(chan result, 1)
+			go func() {
+				m, ans, err := b.receive(t.Context(), cons, "max=10&wait=10")
+				done <- result{m, ans, err, time.Now()}
+			}()
+			// Let the poll reach its wait (it finds the queue empty first).
+			time.Sleep(300 * time.Millisecond)
+			select {
+			case r := <-done:
+				t.Fatalf("message %d: the long poll answered before the publish: %+v %v", seq, r.ans, r.err)
+			default:
+			}
+			start := time.Now()
+			a.must(t, 202, "POST", "/v1/tenants/"+ws+"/messages", prod.token, envelope(fmt.Sprintf("w-%d", seq), "story-w", seq), nil)
+			seq++
+			r := <-done
+			if r.err != nil || r.ans.status != 200 || len(r.msgs) != 1 {
+				t.Fatalf("message %d: long poll on B: %v %+v", seq-1, r.err, r.ans)
+			}
+			// Measured from the start of the publish request: an upper bound.
+			lat = append(lat, r.at.Sub(start))
+			b.must(t, 200, "POST", ackPath(cons), cons.token, map[string]any{"receipt_handles": []string{r.msgs[0].ReceiptHandle}}, nil)
 		}
-		done := make(chan result, 1)
-		go func() {
-			m, ans, err := b.receive(t.Context(), cons, "max=10&wait=10")
-			done <- result{m, ans, err, time.Now()}
-		}()
-		// Let the poll reach its wait (it finds the queue empty first).
-		time.Sleep(300 * time.Millisecond)
-		select {
-		case r := <-done:
-			t.Fatalf("round %d: the long poll answered before the publish: %+v %v", round, r.ans, r.err)
-		default:
-		}
-		start := time.Now()
-		a.must(t, 202, "POST", "/v1/tenants/"+ws+"/messages", prod.token, envelope(fmt.Sprintf("w-%d", round), "story-w", round), nil)
-		r := <-done
-		if r.err != nil || r.ans.status != 200 || len(r.msgs) != 1 {
-			t.Fatalf("round %d: long poll on B: %v %+v", round, r.err, r.ans)
-		}
-		// Measured from the start of the publish request: an upper bound.
-		lat = append(lat, r.at.Sub(start))
-		b.must(t, 200, "POST", ackPath(cons), cons.token, map[string]any{"receipt_handles": []string{r.msgs[0].ReceiptHandle}}, nil)
+		slices.Sort(lat)
+		return lat
 	}
-	slices.Sort(lat)
-	t.Logf("publish on A to long poll answered on B: %v", lat)
 	// Loose enough for a loaded CI machine, tight enough that B's fallback
-	// poll (once a second) cannot pass for a wake-up.
-	if lat[len(lat)/2] > 200*time.Millisecond || lat[len(lat)-1] > 800*time.Millisecond {
-		t.Fatalf("wake-up latencies %v: want a median under 200ms and none over 800ms (the fallback poll is 1s)", lat)
+	// poll (once a second) cannot pass for a wake-up. On a machine busy
+	// with other test packages a set of rounds may miss by a little; a
+	// second set decides (the fallback passes one set about one time in 20).
+	for try := 1; ; try++ {
+		lat := rounds()
+		t.Logf("publish on A to long poll answered on B: %v", lat)
+		if lat[len(lat)/2] <= 200*time.Millisecond && lat[len(lat)-1] <= 800*time.Millisecond {
+			return
+		}
+		if try == 2 {
+			t.Fatalf("wake-up latencies %v: want a median under 200ms and none over 800ms (the fallback poll is 1s)", lat)
+		}
 	}
 }
 
