@@ -6,18 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sombus/sombus/internal/loadcheck"
 	"github.com/sombus/sombus/internal/server/servertest"
 )
 
@@ -39,35 +38,15 @@ func TestMain(m *testing.M) {
 		return // never reached: the helper execs or exits
 	}
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "sombus-faulttest-")
+	bin, remove, err := servertest.BuildSombus()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "faulttest: temp dir:", err)
-		os.Exit(1)
-	}
-	bin := filepath.Join(dir, "sombus")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sombus/sombus/cmd/sombus")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "faulttest: go build ./cmd/sombus: %v\n%s", err, out)
-		_ = os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "faulttest: %v\n", err)
 		os.Exit(1)
 	}
 	sombusBinary = bin
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // node is a `sombus serve` process that may be killed and started again on
@@ -102,7 +81,7 @@ func startNode(t testing.TB, name, store string) *node {
 
 // newNode makes a node that is not started yet.
 func newNode(t testing.TB, name, store string) *node {
-	n := &node{t: t, name: name, store: store, addr: freeAddr(t),
+	n := &node{t: t, name: name, store: store, addr: servertest.FreeAddr(t),
 		HTTP: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	n.URL = "http://" + n.addr
 	t.Cleanup(n.stop)
@@ -366,4 +345,21 @@ func ciOrSkip(t testing.TB, format string, args ...any) {
 		t.Fatalf(format, args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// loadResult is how a load run ended.
+type loadResult struct {
+	rep *loadcheck.Report
+	err error
+}
+
+// runLoad runs the load runner in the background; its result arrives on
+// the channel when the run ends.
+func runLoad(cfg loadcheck.Config) <-chan loadResult {
+	done := make(chan loadResult, 1)
+	go func() {
+		rep, err := loadcheck.Run(context.Background(), cfg)
+		done <- loadResult{rep, err}
+	}()
+	return done
 }

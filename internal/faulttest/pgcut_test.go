@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sombus/sombus/internal/loadcheck"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
@@ -317,15 +316,7 @@ func cutsUnderLoad(t *testing.T, l *pgLink) {
 	var progress progressLog
 	cfg := loadConfig(l.a.URL, time.Duration(want)*1500*time.Millisecond+3*time.Second)
 	cfg.Progress = progress.record
-	type result struct {
-		rep *loadcheck.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := loadcheck.Run(context.Background(), cfg)
-		done <- result{rep, err}
-	}()
+	done := runLoad(cfg)
 	progress.waitAccepted(t, 1, 30*time.Second)
 	cuts, links := 0, 0
 	var outage time.Duration

@@ -1,7 +1,6 @@
 package faulttest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -48,15 +47,7 @@ func killUnderLoad(t *testing.T, store string) {
 	cfg := loadConfig(n.URL, time.Duration(want)*1500*time.Millisecond+3*time.Second)
 	cfg.Progress = progress.record
 
-	type result struct {
-		rep *loadcheck.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := loadcheck.Run(context.Background(), cfg)
-		done <- result{rep, err}
-	}()
+	done := runLoad(cfg)
 
 	// Kill only once the load runs.
 	progress.waitAccepted(t, 1, 30*time.Second)

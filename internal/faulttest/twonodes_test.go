@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sombus/sombus/internal/loadcheck"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
@@ -82,15 +81,7 @@ func TestTwoNodesOneKilled(t *testing.T) {
 	cfg.Progress = progress.record
 	cfg.ProgressEvery = 200 * time.Millisecond
 	cfg.HTTPClient = &http.Client{Transport: newBalancer(a, b)}
-	type result struct {
-		rep *loadcheck.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := loadcheck.Run(context.Background(), cfg)
-		done <- result{rep, err}
-	}()
+	done := runLoad(cfg)
 	progress.waitAccepted(t, 50, 30*time.Second)
 
 	// A hands out the 10 messages, for 6 s, and dies holding them.

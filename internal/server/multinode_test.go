@@ -16,12 +16,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,22 +44,14 @@ const publicURL = "http://sombus.multinode.test"
 var sombusBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sombus-multinode-")
+	bin, remove, err := servertest.BuildSombus()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "multinode: temp dir:", err)
-		os.Exit(1)
-	}
-	bin := filepath.Join(dir, "sombus")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sombus/sombus/cmd/sombus")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "multinode: go build ./cmd/sombus: %v\n%s", err, out)
-		os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "multinode: %v\n", err)
 		os.Exit(1)
 	}
 	sombusBinary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -70,19 +60,6 @@ type node struct {
 	name string
 	url  string
 	http *http.Client
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago (the node listens on it; a lost race is retried by startNode).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // startNode runs `sombus serve` on storeURL and waits until it is ready.
@@ -101,7 +78,7 @@ func startNode(t *testing.T, name, storeURL string) *node {
 }
 
 func tryStartNode(t *testing.T, name, storeURL string) (*node, error) {
-	addr := freeAddr(t)
+	addr := servertest.FreeAddr(t)
 	cmd := exec.Command(sombusBinary, "serve",
 		"--listen", addr, "--store", storeURL, "--bootstrap-key", bootstrapKey,
 		"--public-url", publicURL, "--log-format", "text", "--log-level", "warn")
