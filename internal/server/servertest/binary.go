@@ -20,7 +20,7 @@ func BuildSombus() (bin string, remove func(), err error) {
 	}
 	remove = func() { _ = os.RemoveAll(dir) }
 	bin = filepath.Join(dir, "sombus")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sombus/sombus/cmd/sombus") //nolint:gosec // bin is a path in our own temporary directory
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "github.com/sombus/sombus/cmd/sombus") //nolint:gosec // bin is a path in our own temporary directory
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		remove()
