@@ -3,6 +3,13 @@
 // 1 KiB payloads over 1,000 stories, connections on the unlimited tier.
 //
 //	go test -run '^$' -bench . ./internal/bench/
+//
+// The publish and drain benchmarks also run their workload, with the same
+// message count and client, against the floor (package floor: a bare
+// net/http server answering the same requests with answers of the same
+// shape, with the messages in memory) and report its rate as floor-msgs/s
+// and theirs as a share of it, ratio-to-floor. BenchmarkFloor* measure the
+// floor alone, for its allocations next to sombus's (-benchmem).
 package bench
 
 import (
@@ -19,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sombus/sombus/internal/bench/floor"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server/servertest"
 )
@@ -47,13 +55,12 @@ func setup(b *testing.B) (*servertest.Node, *servertest.Pair) {
 		store += "?" + q
 	}
 	n := servertest.Start(b, servertest.Options{Store: store, Clock: bus.SystemClock{}})
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
-	n.HTTP = &http.Client{Timeout: time.Minute, Transport: tr}
-	// Before the node's Close (cleanups run last first): the transport may
-	// have dialled a connection it never used, which the server counts as
-	// new, not idle, for 5 s, and its Shutdown (5 s grace) would wait for
-	// it ("close node: context deadline exceeded").
-	b.Cleanup(tr.CloseIdleConnections)
+	// benchTransport closes its idle connections before the node's Close
+	// (cleanups run last first): the transport may have dialled a
+	// connection it never used, which the server counts as new, not idle,
+	// for 5 s, and its Shutdown (5 s grace) would wait for it ("close
+	// node: context deadline exceeded").
+	n.HTTP = benchTransport(b)
 	u := map[string]any{"quota_tier": "unlimited"}
 	return n, n.NewPairWith(u, u)
 }
@@ -107,64 +114,87 @@ func rate(b *testing.B, msgs int) {
 	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkPublishSingle: 8 concurrent publishers, one message a request.
-func BenchmarkPublishSingle(b *testing.B) {
-	n, p := setup(b)
+// target is where a workload sends its requests: a sombus node, or the
+// floor (package floor) with the same paths and tokens, which it ignores.
+type target struct {
+	http *http.Client
+	url  string
+	p    *servertest.Pair
+}
+
+func (t target) try(ctx context.Context, method, path, bearer string, body any) (*servertest.Response, error) {
+	return servertest.Call(ctx, t.http, t.url, method, path, bearer, body)
+}
+
+func nodeTarget(n *servertest.Node, p *servertest.Pair) target {
+	return target{http: n.HTTP, url: n.URL, p: p}
+}
+
+// benchTransport is the client of every target: a connection per worker.
+func benchTransport(b *testing.B) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
+	b.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Timeout: time.Minute, Transport: tr}
+}
+
+// floorTarget starts a floor server on a free port of 127.0.0.1 for the
+// rest of the benchmark; p's paths and tokens are used as they are.
+func floorTarget(b *testing.B, p *servertest.Pair) target {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	url, _, err := floor.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	c := benchTransport(b)
+	b.Cleanup(cancel)
+	return target{http: c, url: url, p: p}
+}
+
+// floorPair is a made-up pair for the floor's own benchmarks: the floor
+// reads neither the ids nor the tokens.
+var floorPair = &servertest.Pair{WS: "wfloor", Consumer: "cfloor", ProducerTok: "floor-producer-token", ConsumTok: "floor-consumer-token"}
+
+// publishSingle: 8 concurrent publishers, one message a request.
+func publishSingle(t target, count int) error {
 	ctx := context.Background()
-	b.ResetTimer()
-	err := split(b.N, workers, func(i int) error {
-		r, err := n.Try(ctx, "POST", p.PublishPath(), p.ProducerTok, envelope(int64(i)))
+	return split(count, workers, func(i int) error {
+		r, err := t.try(ctx, "POST", t.p.PublishPath(), t.p.ProducerTok, envelope(int64(i)))
 		if err == nil && r.Status != 202 {
 			err = fmt.Errorf("publish: %d %s", r.Status, r.Body)
 		}
 		return err
 	})
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	rate(b, b.N)
 }
 
-// BenchmarkPublishBatch: 8 concurrent publishers, batches of 100; b.N counts
-// messages.
-func BenchmarkPublishBatch(b *testing.B) {
-	n, p := setup(b)
+// publishBatch: 8 concurrent publishers, batches of 100.
+func publishBatch(t target, count int) error {
 	ctx := context.Background()
-	path := "/v1/tenants/" + p.WS + "/messages/batch"
-	batches := (b.N + 99) / 100
-	b.ResetTimer()
-	err := split(batches, workers, func(i int) error {
+	path := "/v1/tenants/" + t.p.WS + "/messages/batch"
+	return split((count+99)/100, workers, func(i int) error {
 		var envs []any
-		for j := i * 100; j < min(i*100+100, b.N); j++ {
+		for j := i * 100; j < min(i*100+100, count); j++ {
 			envs = append(envs, envelope(int64(j)))
 		}
-		r, err := n.Try(ctx, "POST", path, p.ProducerTok, map[string]any{"messages": envs})
+		r, err := t.try(ctx, "POST", path, t.p.ProducerTok, map[string]any{"messages": envs})
 		if err == nil && (r.Status != 200 || strings.Contains(string(r.Body), `"accepted":false`)) {
 			err = fmt.Errorf("batch: %d %.300s", r.Status, r.Body)
 		}
 		return err
 	})
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	rate(b, b.N)
 }
 
-// BenchmarkDrain: 8 receivers taking batches of 10 and acknowledging each
-// batch; the queue holds b.N messages over 1,000 stories, published before
-// the timer starts.
-func BenchmarkDrain(b *testing.B) {
-	n, p := setup(b)
-	fill(b, n, p, b.N)
+// drain: 8 receivers taking batches of 10 and acknowledging each batch
+// until count messages are acknowledged; it returns the receives that
+// got messages.
+func drain(t target, count int) (int64, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var done, receives atomic.Int64
-	b.ResetTimer()
 	err := split(workers, workers, func(int) error {
-		for done.Load() < int64(b.N) {
-			r, err := n.Try(ctx, "GET", p.MessagesPath()+"?max=10&wait=1", p.ConsumTok, nil)
+		for done.Load() < int64(count) {
+			r, err := t.try(ctx, "GET", t.p.MessagesPath()+"?max=10&wait=1", t.p.ConsumTok, nil)
 			if ctx.Err() != nil {
 				return nil // drained: the last waiting polls are cut short
 			}
@@ -185,25 +215,150 @@ func BenchmarkDrain(b *testing.B) {
 			for i, m := range out.Messages {
 				hs[i] = m.ReceiptHandle
 			}
-			a, err := n.Try(ctx, "POST", p.SettlePath("ack"), p.ConsumTok, map[string]any{"receipt_handles": hs})
+			a, err := t.try(ctx, "POST", t.p.SettlePath("ack"), t.p.ConsumTok, map[string]any{"receipt_handles": hs})
 			if err != nil {
 				return err
 			}
 			if a.Status != 200 || strings.Contains(string(a.Body), "ReceiptHandleIsInvalid") {
 				return fmt.Errorf("ack: %d %.300s", a.Status, a.Body)
 			}
-			if done.Add(int64(len(hs))) >= int64(b.N) {
+			if done.Add(int64(len(hs))) >= int64(count) {
 				cancel()
 			}
 		}
 		return nil
 	})
+	return receives.Load(), err
+}
+
+// fillTarget publishes count messages in batches of 100, as fill does.
+func fillTarget(t target, count int) error {
+	ctx := context.Background()
+	for i := 0; i < count; i += 100 {
+		var envs []any
+		for j := i; j < min(i+100, count); j++ {
+			envs = append(envs, envelope(int64(j)))
+		}
+		r, err := t.try(ctx, "POST", "/v1/tenants/"+t.p.WS+"/messages/batch", t.p.ProducerTok, map[string]any{"messages": envs})
+		if err != nil {
+			return err
+		}
+		if r.Status != 200 {
+			return fmt.Errorf("fill: %d %.300s", r.Status, r.Body)
+		}
+	}
+	return nil
+}
+
+// vsFloor runs the workload of a sombus benchmark again, with the same
+// message count and the same client, against a floor server started for
+// it, after the benchmark's timer stopped (prepare runs before it is
+// timed), and reports the floor's rate (floor-msgs/s) and the benchmark's
+// rate as a share of it (ratio-to-floor): a ratio measured in one process,
+// seconds apart, which a busy machine moves less than either rate.
+func vsFloor(b *testing.B, p *servertest.Pair, prepare func(target) error, work func(target) error) {
+	b.Helper()
+	t := floorTarget(b, p)
+	if prepare != nil {
+		if err := prepare(t); err != nil {
+			b.Fatalf("floor: %v", err)
+		}
+	}
+	t0 := time.Now()
+	if err := work(t); err != nil {
+		b.Fatalf("floor: %v", err)
+	}
+	floorRate := float64(b.N) / time.Since(t0).Seconds()
+	b.ReportMetric(floorRate, "floor-msgs/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/floorRate, "ratio-to-floor")
+}
+
+// BenchmarkPublishSingle: 8 concurrent publishers, one message a request.
+func BenchmarkPublishSingle(b *testing.B) {
+	n, p := setup(b)
+	b.ResetTimer()
+	err := publishSingle(nodeTarget(n, p), b.N)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	rate(b, b.N)
-	b.ReportMetric(float64(b.N)/float64(max(receives.Load(), 1)), "msgs/receive")
+	vsFloor(b, p, nil, func(t target) error { return publishSingle(t, b.N) })
+}
+
+// BenchmarkPublishBatch: 8 concurrent publishers, batches of 100; b.N counts
+// messages.
+func BenchmarkPublishBatch(b *testing.B) {
+	n, p := setup(b)
+	b.ResetTimer()
+	err := publishBatch(nodeTarget(n, p), b.N)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate(b, b.N)
+	vsFloor(b, p, nil, func(t target) error { return publishBatch(t, b.N) })
+}
+
+// BenchmarkDrain: 8 receivers taking batches of 10 and acknowledging each
+// batch; the queue holds b.N messages over 1,000 stories, published before
+// the timer starts.
+func BenchmarkDrain(b *testing.B) {
+	n, p := setup(b)
+	fill(b, n, p, b.N)
+	b.ResetTimer()
+	receives, err := drain(nodeTarget(n, p), b.N)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate(b, b.N)
+	b.ReportMetric(float64(b.N)/float64(max(receives, 1)), "msgs/receive")
+	vsFloor(b, p, func(t target) error { return fillTarget(t, b.N) }, func(t target) error {
+		_, err := drain(t, b.N)
+		return err
+	})
+}
+
+// The floor's own benchmarks: the workloads above against the floor alone,
+// for its allocations and bytes per message (-benchmem) next to sombus's.
+
+// BenchmarkFloorPublishSingle is BenchmarkPublishSingle against the floor.
+func BenchmarkFloorPublishSingle(b *testing.B) {
+	t := floorTarget(b, floorPair)
+	b.ResetTimer()
+	if err := publishSingle(t, b.N); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	rate(b, b.N)
+}
+
+// BenchmarkFloorPublishBatch is BenchmarkPublishBatch against the floor.
+func BenchmarkFloorPublishBatch(b *testing.B) {
+	t := floorTarget(b, floorPair)
+	b.ResetTimer()
+	if err := publishBatch(t, b.N); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	rate(b, b.N)
+}
+
+// BenchmarkFloorDrain is BenchmarkDrain against the floor.
+func BenchmarkFloorDrain(b *testing.B) {
+	t := floorTarget(b, floorPair)
+	if err := fillTarget(t, b.N); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	receives, err := drain(t, b.N)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate(b, b.N)
+	b.ReportMetric(float64(b.N)/float64(max(receives, 1)), "msgs/receive")
 }
 
 // BenchmarkWakeUp: the time from sending a publish to the answer of a long
