@@ -2,8 +2,10 @@
 GOLANGCI_LINT_VERSION ?= v2.15.0
 # FUZZTIME is how long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 60s
+# COMPARE_FLAGS are passed to tools/compare (make compare COMPARE_FLAGS='-runs 5 -messages 20000').
+COMPARE_FLAGS ?=
 
-.PHONY: help build run test test-short lint bench fuzz crash-long ci
+.PHONY: help build run test test-short lint bench compare fuzz crash-long ci
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 build: ## build the sombus binary into ./bin
@@ -19,6 +21,8 @@ lint: ## go vet and golangci-lint
 	go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 bench: ## the message-path benchmarks over HTTP (see docs/benchmarks.md)
 	go test -run '^$$' -bench . -benchtime 3s ./internal/bench/
+compare: ## sombus next to a bare net/http server, NATS JetStream and a plain PostgreSQL table (tools/compare/README.md)
+	bash tools/compare/run.sh $(COMPARE_FLAGS)
 fuzz: ## run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 crash-long: ## the crash and fault tests' long forms: 50 SIGKILLs per store, 20 PostgreSQL cuts, 10 node kills (needs PostgreSQL)
