@@ -55,6 +55,11 @@ func measure(ctx context.Context, cfg config, s system, run int) (phaseResults, 
 		return out, fmt.Errorf("publish, batch: %w", err)
 	}
 	// Drain both phases' messages.
+	if p, ok := s.(interface{ BeforeDrain(context.Context) error }); ok {
+		if err := p.BeforeDrain(ctx); err != nil {
+			return out, fmt.Errorf("before the drain: %w", err)
+		}
+	}
 	out[2], err = drainPhase(ctx, cfg, s, 2*cfg.messages)
 	if err != nil {
 		return out, fmt.Errorf("drain: %w", err)
