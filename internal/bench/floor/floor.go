@@ -61,9 +61,11 @@ type Server struct {
 	seq      uint64
 	ready    []*stored
 	inFlight map[uint64]*stored
-	// wake is closed (and replaced) when a publish makes messages ready.
-	wake chan struct{}
-	mux  *http.ServeMux
+	// wake is closed (and replaced) when a publish makes messages ready
+	// and receives wait on it (waiting).
+	wake    chan struct{}
+	waiting bool
+	mux     *http.ServeMux
 }
 
 // New returns a floor server with an empty queue.
@@ -160,11 +162,13 @@ func (s *Server) accept(body []byte, now time.Time) result {
 	return result{Accepted: true, MessageID: e.MessageID, Topic: "som." + e.MessageType, Deliveries: 1}
 }
 
-// woken wakes the waiting receives.
+// woken wakes the waiting receives, if any.
 func (s *Server) woken() {
 	s.mu.Lock()
-	close(s.wake)
-	s.wake = make(chan struct{})
+	if s.waiting {
+		close(s.wake)
+		s.wake, s.waiting = make(chan struct{}), false
+	}
 	s.mu.Unlock()
 }
 
@@ -248,6 +252,7 @@ func (s *Server) take(max int) ([]*stored, chan struct{}) {
 	defer s.mu.Unlock()
 	n := min(max, len(s.ready))
 	if n == 0 {
+		s.waiting = true
 		return nil, s.wake
 	}
 	got := make([]*stored, n)

@@ -5,30 +5,41 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func call(t *testing.T, url, method, path, body string) (int, []byte) {
 	t.Helper()
+	st, b, err := do(url, method, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, b
+}
+
+func do(url, method, path, body string) (int, []byte, error) {
+	return doCtx(context.Background(), url, method, path, body)
+}
+
+func doCtx(ctx context.Context, url, method, path, body string) (int, []byte, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(context.Background(), method, url+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return resp.StatusCode, b, err
 }
 
 const env = `{"som_version":"1.0.0","message_id":"m-%","message_type":"story.context","correlation_id":"story-1","payload":{"data":"x"}}`
@@ -96,5 +107,41 @@ func TestFloorMessagePath(t *testing.T) {
 	}
 	if n := s.Len(); n != 1 {
 		t.Fatalf("queued after acking 2 of 3: %d", n)
+	}
+}
+
+// A long poll on the empty queue is answered by the next publish, not by
+// the end of its wait (20 s; the request gives up after 10).
+func TestFloorLongPollWokenByPublish(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, s, err := Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		st  int
+		b   []byte
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		st, b, err := doCtx(ctx, url, "GET", "/v1/tenants/w1/consumers/c1/messages?max=10&wait=20", "")
+		ch <- answer{st, b, err}
+	}()
+	for waiting := false; !waiting; {
+		s.mu.Lock()
+		waiting = s.waiting
+		s.mu.Unlock()
+		runtime.Gosched()
+	}
+	if st, b := call(t, url, "POST", "/v1/tenants/w1/messages", envN("1")); st != 202 {
+		t.Fatalf("publish: %d %s", st, b)
+	}
+	a := <-ch
+	if a.err != nil || a.st != 200 || !strings.Contains(string(a.b), `"message_id":"m-1"`) {
+		t.Fatalf("long poll: %v %d %s", a.err, a.st, a.b)
 	}
 }
