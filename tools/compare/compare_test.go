@@ -20,7 +20,7 @@ func TestMeasureAgainstFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config{messages: 250, runs: 1, workers: 4, stories: 10, payload: 1024, batch: 100, receiveMax: 10}
-	b := &httpBus{name: floorName, base: url, client: newHTTPClient(cfg.workers), ws: "w", producer: "p", consumer: "c"}
+	b := &httpBus{name: floorName, bases: []string{url}, client: newHTTPClient(cfg.workers), ws: "w", producer: "p", consumer: "c"}
 	defer b.Close()
 	res, err := measure(ctx, cfg, b, 0)
 	if err != nil {

@@ -18,11 +18,12 @@ import (
 const floorName = "floor (bare net/http)"
 
 // httpBus speaks the pull API's message path over HTTP/1.1, with a
-// connection per worker: to a sombus node, or to the floor, which answers
-// the same requests.
+// connection per worker: to a sombus node (or several sharing a store,
+// worker w talking to node w modulo their number), or to the floor, which
+// answers the same requests.
 type httpBus struct {
 	name    string
-	base    string
+	bases   []string // base URLs; management goes to the first
 	client  *http.Client
 	setup   func(ctx context.Context, b *httpBus, run int) error // sombus: a workspace and two connections
 	cleanup func(b *httpBus)
@@ -60,13 +61,13 @@ func (b *httpBus) Close() {
 	}
 }
 
-// call sends a request and reads the answer whole.
-func (b *httpBus) call(ctx context.Context, method, path, bearer string, body []byte) (int, []byte, error) {
+// call sends a request to worker w's node and reads the answer whole.
+func (b *httpBus) call(ctx context.Context, w int, method, path, bearer string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, b.bases[w%len(b.bases)]+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -85,9 +86,9 @@ func (b *httpBus) call(ctx context.Context, method, path, bearer string, body []
 	return resp.StatusCode, out, err
 }
 
-func (b *httpBus) Publish(ctx context.Context, _ int, msgs []msg) error {
+func (b *httpBus) Publish(ctx context.Context, w int, msgs []msg) error {
 	if len(msgs) == 1 {
-		st, body, err := b.call(ctx, "POST", "/v1/tenants/"+b.ws+"/messages", b.producerTok, msgs[0].body)
+		st, body, err := b.call(ctx, w, "POST", "/v1/tenants/"+b.ws+"/messages", b.producerTok, msgs[0].body)
 		if err == nil && (st != 202 || !bytes.Contains(body, []byte(`"accepted":true`))) {
 			err = fmt.Errorf("publish: %d %.300s", st, body)
 		}
@@ -106,15 +107,15 @@ func (b *httpBus) Publish(ctx context.Context, _ int, msgs []msg) error {
 		req = append(req, m.body...)
 	}
 	req = append(req, "]}"...)
-	st, body, err := b.call(ctx, "POST", "/v1/tenants/"+b.ws+"/messages/batch", b.producerTok, req)
+	st, body, err := b.call(ctx, w, "POST", "/v1/tenants/"+b.ws+"/messages/batch", b.producerTok, req)
 	if err == nil && (st != 200 || bytes.Contains(body, []byte(`"accepted":false`))) {
 		err = fmt.Errorf("batch publish: %d %.300s", st, body)
 	}
 	return err
 }
 
-func (b *httpBus) Receive(ctx context.Context, _, max int) ([]any, error) {
-	st, body, err := b.call(ctx, "GET", fmt.Sprintf("/v1/tenants/%s/consumers/%s/messages?max=%d&wait=1", b.ws, b.consumer, max), b.consumTok, nil)
+func (b *httpBus) Receive(ctx context.Context, w, max int) ([]any, error) {
+	st, body, err := b.call(ctx, w, "GET", fmt.Sprintf("/v1/tenants/%s/consumers/%s/messages?max=%d&wait=1", b.ws, b.consumer, max), b.consumTok, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -133,12 +134,12 @@ func (b *httpBus) Receive(ctx context.Context, _, max int) ([]any, error) {
 	return got, nil
 }
 
-func (b *httpBus) Ack(ctx context.Context, _ int, got []any) error {
+func (b *httpBus) Ack(ctx context.Context, w int, got []any) error {
 	req, err := json.Marshal(map[string]any{"receipt_handles": got})
 	if err != nil {
 		return err
 	}
-	st, body, err := b.call(ctx, "POST", "/v1/tenants/"+b.ws+"/consumers/"+b.consumer+"/ack", b.consumTok, req)
+	st, body, err := b.call(ctx, w, "POST", "/v1/tenants/"+b.ws+"/consumers/"+b.consumer+"/ack", b.consumTok, req)
 	if err == nil && (st != 200 || bytes.Contains(body, []byte("ReceiptHandleIsInvalid"))) {
 		err = fmt.Errorf("ack: %d %.300s", st, body)
 	}
@@ -170,17 +171,18 @@ func startFloor(ctx context.Context, cfg config) (*httpBus, error) {
 	// The floor reads neither ids nor tokens; tokens as long as sombus's
 	// make requests of the same size.
 	tok := strings.Repeat("t", 529)
-	return &httpBus{name: floorName, base: strings.TrimSpace(line), client: newHTTPClient(cfg.workers), proc: cmd,
+	return &httpBus{name: floorName, bases: []string{strings.TrimSpace(line)}, client: newHTTPClient(cfg.workers), proc: cmd,
 		ws: "wfloorfloorfloorfloorfloorfl", producer: "cfloorproducerfloorproducer", consumer: "cfloorconsumerfloorconsumer",
 		producerTok: tok, consumTok: tok}, nil
 }
 
-// newSombus measures the node at base: each run creates a workspace and a
-// producer and a consumer connection on the unlimited tier with the
-// operator's key apiKey, and removes the connections (and so the queue)
-// after it.
-func newSombus(cfg config, name, base, apiKey string) *httpBus {
-	b := &httpBus{name: name, base: base, client: newHTTPClient(cfg.workers)}
+// newSombus measures the nodes at bases (several share one store, and
+// must share their --public-url, so that each takes the tokens the first
+// issues): each run creates a workspace and a producer and a consumer
+// connection on the unlimited tier through the first with the operator's
+// key apiKey, and removes the connections (and so the queue) after it.
+func newSombus(cfg config, name string, bases []string, apiKey string) *httpBus {
+	b := &httpBus{name: name, bases: bases, client: newHTTPClient(cfg.workers)}
 	manage := func(ctx context.Context, method, path string, body any, want int, out any) error {
 		var req []byte
 		if body != nil {
@@ -189,7 +191,7 @@ func newSombus(cfg config, name, base, apiKey string) *httpBus {
 				return err
 			}
 		}
-		st, ans, err := b.call(ctx, method, "/v1/manage"+path, apiKey, req)
+		st, ans, err := b.call(ctx, 0, method, "/v1/manage"+path, apiKey, req)
 		if err != nil {
 			return err
 		}
@@ -202,7 +204,7 @@ func newSombus(cfg config, name, base, apiKey string) *httpBus {
 		return nil
 	}
 	token := func(ctx context.Context, id, secret string) (string, error) {
-		req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/oauth/token", strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+		req, err := http.NewRequestWithContext(ctx, "POST", bases[0]+"/v1/oauth/token", strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
 		if err != nil {
 			return "", err
 		}

@@ -83,7 +83,7 @@ func run() error {
 		pgTable        = flag.String("pg-table", "compare_queue", "the plain table's name; it is dropped and created again at each run")
 		order          = flag.String("order", "", "comma-separated system names in the order of the first run (default: the order of the flags above)")
 	)
-	flag.Var(&sombus, "sombus", "a sombus node to measure, as label=URL (repeatable: -sombus sqlite=http://127.0.0.1:8081)")
+	flag.Var(&sombus, "sombus", "a sombus node to measure, as label=URL (repeatable: -sombus sqlite=http://127.0.0.1:8081); label=URL1,URL2 spreads the workers over nodes sharing one store and one --public-url")
 	flag.IntVar(&cfg.messages, "messages", 10000, "messages per publish phase (the drain takes both phases' messages)")
 	flag.IntVar(&cfg.runs, "runs", 3, "interleaved runs; the table gives medians")
 	flag.IntVar(&cfg.workers, "workers", 8, "concurrent publishers, and receivers")
@@ -130,14 +130,18 @@ func run() error {
 		systems = append(systems, s)
 	}
 	for _, v := range sombus {
-		label, url, ok := strings.Cut(v, "=")
-		if !ok || label == "" || url == "" {
-			return fmt.Errorf("-sombus %q: want label=URL", v)
+		label, urls, ok := strings.Cut(v, "=")
+		if !ok || label == "" || urls == "" {
+			return fmt.Errorf("-sombus %q: want label=URL[,URL…]", v)
 		}
 		if *apiKey == "" {
 			return fmt.Errorf("-sombus needs an operator's API key (-sombus-key or SOMBUS_API_KEY)")
 		}
-		systems = append(systems, newSombus(cfg, "sombus, "+label, strings.TrimRight(url, "/"), *apiKey))
+		var bases []string
+		for _, u := range strings.Split(urls, ",") {
+			bases = append(bases, strings.TrimRight(strings.TrimSpace(u), "/"))
+		}
+		systems = append(systems, newSombus(cfg, "sombus, "+label, bases, *apiKey))
 	}
 	if len(systems) == 0 {
 		return fmt.Errorf("nothing to measure")
