@@ -27,11 +27,9 @@ func BenchPublishConsumers(b *testing.B, open func(b *testing.B) bus.Store) {
 			s := open(b)
 			ws, prod := benchConsumers(b, s, c.consumers, c.matching)
 			ctx := context.Background()
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				id := fmt.Sprint("m", i)
+			publish := func(i int) {
 				out, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-					Messages: []bus.PublishMessage{msgT(id, "bench.event", fmt.Sprint("s", i%100))},
+					Messages: []bus.PublishMessage{msgT(fmt.Sprint("m", i), "bench.event", fmt.Sprint("s", i%100))},
 					Now:      T0, DedupWindow: 5 * time.Minute})
 				if err != nil {
 					b.Fatal(err)
@@ -39,6 +37,13 @@ func BenchPublishConsumers(b *testing.B, open func(b *testing.B) bus.Store) {
 				if len(out) != 1 || out[0].Deliveries != c.matching {
 					b.Fatalf("publish: %+v, want %d deliveries", out, c.matching)
 				}
+			}
+			// One publish first, out of the measure: a store that compiles
+			// routing does it then, once per change of the consumers.
+			publish(-1)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				publish(i)
 			}
 		})
 	}
