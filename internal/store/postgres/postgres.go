@@ -62,6 +62,8 @@ type Store struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	notify *notifier
+	// routes keeps the compiled routing of recently used workspaces.
+	routes bus.RouteCache
 
 	closeOnce sync.Once
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -29,39 +28,13 @@ func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus
 	}
 	_, err = s.write(ctx, func(tx pgx.Tx, w *waker) error {
 		var err error
-		out, err = publish(ctx, tx, w, p)
+		out, err = publish(ctx, tx, w, &s.routes, p)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 	return out, nil
-}
-
-// consumer is a consumer connection as routing sees it.
-type consumer struct {
-	id   string
-	subs []bus.Subscription
-}
-
-// consumers lists the workspace's consumer connections (any status),
-// sorted by id.
-func consumers(ctx context.Context, tx interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, workspaceID string) ([]consumer, error) {
-	rows, err := tx.Query(ctx, `SELECT id, subscriptions FROM connections
-		WHERE workspace_id = $1 AND kind = $2 ORDER BY id`, workspaceID, string(bus.KindConsumer))
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (consumer, error) {
-		var c consumer
-		var subs string
-		if err := r.Scan(&c.id, &subs); err != nil {
-			return c, err
-		}
-		return c, json.Unmarshal([]byte(subs), &c.subs)
-	})
 }
 
 // storyRef names a story: its queue and key (the correlation id).
@@ -183,7 +156,7 @@ func appendMessages(ctx context.Context, tx pgx.Tx, w *waker, now int64, msgs []
 }
 
 // publish is MessagePublish inside its transaction.
-func publish(ctx context.Context, tx pgx.Tx, w *waker, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
+func publish(ctx context.Context, tx pgx.Tx, w *waker, routes *bus.RouteCache, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	now := ms(p.Now)
 	out := make([]bus.PublishOutcome, len(p.Messages))
 	if len(p.Messages) == 0 {
@@ -192,18 +165,13 @@ func publish(ctx context.Context, tx pgx.Tx, w *waker, p *bus.PublishParams) ([]
 
 	// Routing first: it takes no locks, and the dedup record stores the
 	// number of deliveries.
-	conns, err := consumers(ctx, tx, p.WorkspaceID)
+	rt, err := router(ctx, tx, routes, p.WorkspaceID)
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)
 	}
 	targets := make([][]string, len(p.Messages))
 	for i := range p.Messages {
-		m := &p.Messages[i]
-		for _, c := range conns {
-			if bus.Matches(c.subs, m.Topic, p.ProducerID) {
-				targets[i] = append(targets[i], c.id)
-			}
-		}
+		targets[i] = rt.Route(p.Messages[i].Topic, p.ProducerID)
 	}
 
 	// A second copy within the batch is a duplicate of the first when the

@@ -77,7 +77,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	defer conn.Release()
 	// Routing first, outside the transaction: it takes no locks, and the
 	// transaction would read it in its first statement's snapshot anyway.
-	conns, err := consumers(ctx, conn, p.WorkspaceID)
+	rt, err := router(ctx, conn, &s.routes, p.WorkspaceID)
 	if err != nil {
 		return nil, false, fmt.Errorf("consumers: %w", err)
 	}
@@ -94,12 +94,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	var rows []row
 	for i := range p.Messages {
 		m := &p.Messages[i]
-		var targets []string
-		for _, c := range conns {
-			if bus.Matches(c.subs, m.Topic, p.ProducerID) {
-				targets = append(targets, c.id)
-			}
-		}
+		targets := rt.Route(m.Topic, p.ProducerID)
 		out[i] = bus.PublishOutcome{Deliveries: len(targets), QueueIDs: targets}
 		for _, q := range targets {
 			r := storyRef{q, m.CorrelationID}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/storetest"
 )
 
 func benchStore(b *testing.B) *Store {
@@ -122,4 +123,10 @@ func setupQueueB(b *testing.B, s *Store) (string, string, string) {
 		b.Fatal(err)
 	}
 	return ws, prod, cons
+}
+
+// BenchmarkPublishConsumers publishes single messages into a workspace of
+// 1 and of 1,000 consumers (storetest.BenchPublishConsumers).
+func BenchmarkPublishConsumers(b *testing.B) {
+	storetest.BenchPublishConsumers(b, func(b *testing.B) bus.Store { return benchStore(b) })
 }

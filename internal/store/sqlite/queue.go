@@ -26,7 +26,7 @@ func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus
 	var out []bus.PublishOutcome
 	err := s.w.do(ctx, func(d *dbq) error {
 		var err error
-		out, err = publish(d, p)
+		out, err = publish(d, &s.routes, p)
 		return err
 	})
 	if err != nil {
@@ -35,48 +35,18 @@ func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus
 	return out, nil
 }
 
-// target is a consumer queue a publish may place messages in.
-type target struct {
-	id   string
-	subs []bus.Subscription
-}
-
-func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
+func publish(d *dbq, routes *bus.RouteCache, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	now := ms(p.Now)
 	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
-	// The workspace's consumers (any status), read once per call.
-	rows, err := d.query(`SELECT id, subscriptions FROM connections
-		WHERE workspace_id = ? AND kind = ? ORDER BY created_at, rowid`, p.WorkspaceID, string(bus.KindConsumer))
+	// The workspace's consumers (any status), compiled once per change.
+	rt, err := router(d, routes, p.WorkspaceID)
 	if err != nil {
-		return nil, interpretError(err)
-	}
-	var targets []target
-	for rows.Next() {
-		var t target
-		var subs string
-		if err := rows.Scan(&t.id, &subs); err != nil {
-			_ = rows.Close()
-			return nil, interpretError(err)
-		}
-		if err := json.Unmarshal([]byte(subs), &t.subs); err != nil {
-			_ = rows.Close()
-			return nil, fmt.Errorf("connection %s: subscriptions: %w", t.id, err)
-		}
-		targets = append(targets, t)
-	}
-	_ = rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, interpretError(err)
+		return nil, err
 	}
 
 	out := make([]bus.PublishOutcome, len(p.Messages))
 	for i, m := range p.Messages {
-		var queues []string
-		for _, t := range targets {
-			if bus.Matches(t.subs, m.Topic, p.ProducerID) {
-				queues = append(queues, t.id)
-			}
-		}
+		queues := rt.Route(m.Topic, p.ProducerID)
 		// The dedup record first, in one statement: a new id, or an expired
 		// record of the same id replaced, changes a row; a live record
 		// (accepted within the window) changes none: a duplicate.

@@ -28,6 +28,9 @@ type Store struct {
 	w    *writer
 	rdb  *sql.DB // read-only pool
 
+	// routes keeps the compiled routing of recently used workspaces.
+	routes bus.RouteCache
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error

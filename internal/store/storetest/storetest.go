@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) bus.Store) {
 		{"Management", managementTests},
 		{"Sessions", sessionTests},
 		{"Publish", publishTests},
+		{"Routing", routingTests},
 		{"Receive", receiveTests},
 		{"Ack", ackTests},
 		{"Nack", nackTests},
