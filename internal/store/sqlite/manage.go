@@ -298,11 +298,18 @@ func (t *tx) ConnectionUpdate(c bus.Connection) error {
 	return mustAffect(n, err, "connection", c.ID)
 }
 
-// ConnectionDelete removes a connection; the foreign keys' ON DELETE
-// CASCADE remove its stories and messages, dead letters, attempt ids, ack
-// records and skills in the same statement.
+// ConnectionDelete removes a connection and its ack records; the foreign
+// keys' ON DELETE CASCADE remove its stories and messages, dead letters,
+// attempt ids and skills in the same statement.
 func (t *tx) ConnectionDelete(id string) error {
+	// Ack records have no foreign key (an ack would pay for its check).
+	if _, err := t.d.exec(`DELETE FROM ack_records WHERE queue_id = ?`, id); err != nil {
+		return interpretError(err)
+	}
 	n, err := t.d.affected(`DELETE FROM connections WHERE id = ?`, id)
+	if err == nil && n > 0 {
+		t.d.heads.drop(id) // its stories went with it
+	}
 	return mustAffect(n, err, "connection", id)
 }
 

@@ -134,31 +134,41 @@ func appendToStory(d *dbq, queueID, key string, now int64) (storyID, seq int64, 
 	}
 	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
 		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id, tail_seq`, queueID, key, now).Scan(&storyID, &seq)
-	return storyID, seq, interpretError(err)
+	if err != nil {
+		return 0, 0, interpretError(err)
+	}
+	d.heads.storyCreated(queueID, storyID, now)
+	return storyID, seq, nil
 }
 
 // advance moves a story past its head after the head left (ack or
 // dead-letter move): the smallest remaining message becomes the head, ready
 // at its enqueued_at, or the story row goes. It reports whether a head is
 // left. The single writer makes the read and the write one atomic step.
-func advance(d *dbq, storyID int64) (bool, error) {
+func advance(d *dbq, queueID string, storyID int64) (bool, error) {
 	var seq, enq int64
 	err := d.row(`SELECT seq, enqueued_at FROM messages WHERE story_id = ? ORDER BY seq LIMIT 1`, storyID).Scan(&seq, &enq)
 	if errors.Is(err, sql.ErrNoRows) {
-		_, err := d.exec(`DELETE FROM stories WHERE id = ?`, storyID)
-		return false, interpretError(err)
+		if _, err := d.exec(`DELETE FROM stories WHERE id = ?`, storyID); err != nil {
+			return false, interpretError(err)
+		}
+		d.heads.storyAdvanced(queueID, storyID, false, 0, 0)
+		return false, nil
 	}
 	if err != nil {
 		return false, interpretError(err)
 	}
-	_, err = d.exec(`UPDATE stories SET head_seq = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
-		seq, enq, storyID)
-	return err == nil, interpretError(err)
+	if _, err = d.exec(`UPDATE stories SET head_seq = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
+		seq, enq, storyID); err != nil {
+		return false, interpretError(err)
+	}
+	d.heads.storyAdvanced(queueID, storyID, true, seq, enq)
+	return true, nil
 }
 
 // deadLetter moves the head (storyID, seq) to its queue's dead letters with
 // receiveCount, then advances the story.
-func deadLetter(d *dbq, storyID, seq int64, receiveCount int, now int64) (bool, error) {
+func deadLetter(d *dbq, queueID string, storyID, seq int64, receiveCount int, now int64) (bool, error) {
 	if _, err := d.exec(`INSERT INTO dead_letters(queue_id, message_id, message_type, topic, correlation_id,
 		producer_id, receive_count, enqueued_at, dead_lettered_at, envelope)
 		SELECT queue_id, message_id, message_type, topic, correlation_id, producer_id, ?, enqueued_at, ?, envelope
@@ -168,7 +178,7 @@ func deadLetter(d *dbq, storyID, seq int64, receiveCount int, now int64) (bool, 
 	if _, err := d.exec(`DELETE FROM messages WHERE story_id = ? AND seq = ?`, storyID, seq); err != nil {
 		return false, interpretError(err)
 	}
-	return advance(d, storyID)
+	return advance(d, queueID, storyID)
 }
 
 // attemptLimit reads a queue's attempt limit; ErrNotFound when the queue
@@ -180,38 +190,13 @@ func attemptLimit(d *dbq, queueID string) (int, error) {
 }
 
 // deadLetterExhausted moves the heads of the queue's visible stories that
-// reached the attempt limit (receive step 2) and reports how many it moved
-// and whether a story advanced to a next head.
-func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (int, bool, error) {
-	// The partial index stories_received holds only received stories; the
-	// planner, not knowing how few, would pick stories_claim and walk every
-	// ready story of the queue. "receive_count > 0" makes the index usable.
-	rows, err := d.query(`SELECT id, head_seq, receive_count FROM stories INDEXED BY stories_received
-		WHERE receive_count > 0 AND visible_at <= ? AND queue_id = ? AND receive_count >= ?
-		ORDER BY visible_at, id`, now, queueID, limit)
-	if err != nil {
-		return 0, false, interpretError(err)
-	}
-	type head struct {
-		id, seq int64
-		count   int
-	}
-	var heads []head
-	for rows.Next() {
-		var h head
-		if err := rows.Scan(&h.id, &h.seq, &h.count); err != nil {
-			_ = rows.Close()
-			return 0, false, interpretError(err)
-		}
-		heads = append(heads, h)
-	}
-	_ = rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, false, interpretError(err)
-	}
+// reached the attempt limit (receive step 2), oldest visible_at first, and
+// reports how many it moved and whether a story advanced to a next head.
+func deadLetterExhausted(d *dbq, q *headQueue, queueID string, limit int, now int64) (int, bool, error) {
+	heads := q.exhausted(now, limit)
 	woke := false
 	for _, h := range heads {
-		adv, err := deadLetter(d, h.id, h.seq, h.count, now)
+		adv, err := deadLetter(d, queueID, h.id, h.seq, h.receiveCount, now)
 		if err != nil {
 			return 0, false, err
 		}
@@ -252,11 +237,15 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, err := d.heads.queue(d, p.QueueID)
+	if err != nil {
+		return nil, err
+	}
 	res := &bus.ReceiveResult{Deliveries: []bus.Delivery{}}
 
 	// 1. Replay of a recent receive with the same attempt id.
 	if p.AttemptID != "" {
-		replayed, found, err := replay(d, p, now)
+		replayed, found, err := replay(d, q, p, now)
 		if err != nil {
 			return nil, err
 		}
@@ -264,13 +253,13 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			// The answer is final even when nothing is still in flight: a
 			// retry takes nothing new (SPEC.md, Receive step 1).
 			res.Deliveries, res.Replayed = replayed, true
-			res.NextVisibleAt, err = nextVisible(d, p.QueueID, now)
-			return res, err
+			res.NextVisibleAt = nextVisible(q, now)
+			return res, nil
 		}
 	}
 
 	// 2. Dead-letter the heads that used up their attempts.
-	moved, woke, err := deadLetterExhausted(d, p.QueueID, limit, now)
+	moved, woke, err := deadLetterExhausted(d, q, p.QueueID, limit, now)
 	if err != nil {
 		return nil, err
 	}
@@ -279,46 +268,34 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 		res.Woken = []string{p.QueueID}
 	}
 
-	// 3. Claim visible stories, oldest visible_at first.
+	// 3. Claim visible stories, oldest visible_at first: a fresh nonce
+	// each, invisible until visibleAt, one more receive.
 	if p.Max > 0 {
-		// The head message comes with its story row: one statement for all.
-		rows, err := d.query(`SELECT s.id, s.head_seq, s.receive_count, m.message_id, m.message_type,
-				m.correlation_id, m.topic, m.producer_id, m.enqueued_at, m.envelope
-			FROM stories s JOIN messages m ON m.story_id = s.id AND m.seq = s.head_seq
-			WHERE s.queue_id = ? AND s.visible_at <= ? ORDER BY s.visible_at, s.id LIMIT ?`, p.QueueID, now, p.Max)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		for rows.Next() {
-			var del bus.Delivery
-			var enq int64
-			del.Handle.QueueID = p.QueueID
-			if err := rows.Scan(&del.Handle.StoryID, &del.Handle.Seq, &del.ReceiveCount, &del.MessageID, &del.MessageType,
-				&del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
-				_ = rows.Close()
-				return nil, interpretError(err)
-			}
-			del.EnqueuedAt = fromMS(enq)
-			res.Deliveries = append(res.Deliveries, del)
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, interpretError(err)
-		}
-		if n := len(res.Deliveries); n > 0 {
-			// Claim them all in one statement: a fresh nonce each, invisible
-			// until visibleAt, one more receive.
+		claimed := q.visible(now, p.Max)
+		if n := len(claimed); n > 0 {
+			res.Deliveries = make([]bus.Delivery, n)
+			visibleAt := ms(p.Now.Add(p.Visibility))
 			args := make([]any, 0, 1+3*n)
-			args = append(args, ms(p.Now.Add(p.Visibility)))
-			for i := range res.Deliveries {
+			args = append(args, visibleAt)
+			for i, h := range claimed {
 				del := &res.Deliveries[i]
-				del.Handle.Nonce = newNonce()
-				del.ReceiveCount++
-				args = append(args, del.Handle.StoryID, del.ReceiveCount, del.Handle.Nonce)
+				del.Handle = bus.Handle{QueueID: p.QueueID, StoryID: h.id, Seq: h.seq, Nonce: newNonce()}
+				del.ReceiveCount = h.receiveCount + 1
+				if err := readDelivery(d, del); err != nil {
+					return nil, err
+				}
+				args = append(args, h.id, del.ReceiveCount, del.Handle.Nonce)
 			}
 			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
 				FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...); err != nil {
 				return nil, interpretError(err)
+			}
+			for i, h := range claimed {
+				del := &res.Deliveries[i]
+				d.heads.changes++
+				q.update(h, func(s *head) {
+					s.receiveCount, s.nonce, s.visibleAt, s.delayed = del.ReceiveCount, del.Handle.Nonce, visibleAt, false
+				})
 			}
 		}
 	}
@@ -338,14 +315,14 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	}
 
 	// 5. When the next story becomes visible.
-	res.NextVisibleAt, err = nextVisible(d, p.QueueID, now)
-	return res, err
+	res.NextVisibleAt = nextVisible(q, now)
+	return res, nil
 }
 
 // replay returns the still in-flight deliveries of a live attempt record,
 // restarting their visibility; found is false when there is no live record
 // (an expired one is deleted).
-func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found bool, err error) {
+func replay(d *dbq, q *headQueue, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found bool, err error) {
 	var created int64
 	var handles string
 	err = d.row(`SELECT created_at, handles FROM attempts WHERE queue_id = ? AND attempt_id = ?`, p.QueueID, p.AttemptID).
@@ -380,6 +357,10 @@ func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found 
 		if err != nil {
 			return nil, false, interpretError(err)
 		}
+		if s := q.stories[h[0]]; s != nil {
+			d.heads.changes++
+			q.update(s, func(s *head) { s.visibleAt = visibleAt })
+		}
 		if err := readDelivery(d, &del); err != nil {
 			return nil, false, err
 		}
@@ -389,15 +370,11 @@ func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found 
 }
 
 // nextVisible is the earliest future visible_at of the queue's stories.
-func nextVisible(d *dbq, queueID string, now int64) (time.Time, error) {
-	var v sql.NullInt64
-	if err := d.row(`SELECT min(visible_at) FROM stories WHERE queue_id = ? AND visible_at > ?`, queueID, now).Scan(&v); err != nil {
-		return time.Time{}, interpretError(err)
+func nextVisible(q *headQueue, now int64) time.Time {
+	if at := q.nextVisible(now); at != 0 {
+		return fromMS(at)
 	}
-	if !v.Valid {
-		return time.Time{}, nil
-	}
-	return fromMS(v.Int64), nil
+	return time.Time{}
 }
 
 // MessageAck acknowledges deliveries, one result per handle, in order.
@@ -442,29 +419,13 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	// with the handle's nonce.
 	type state struct{ head, nonce int64 }
 	heads := make(map[int64]state, len(ids))
-	if len(ids) > 0 {
-		// By id only: with "queue_id = ?" the planner may walk the queue's
-		// stories by the claim index. The queue is compared here.
-		rows, err := d.query(`SELECT id, queue_id, head_seq, nonce FROM stories WHERE id IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+`)`, ids...)
+	for _, id := range ids {
+		h, err := headOf(d, p.QueueID, id.(int64))
 		if err != nil {
-			return nil, interpretError(err)
+			return nil, err
 		}
-		for rows.Next() {
-			var id int64
-			var queue string
-			var st state
-			if err := rows.Scan(&id, &queue, &st.head, &st.nonce); err != nil {
-				_ = rows.Close()
-				return nil, interpretError(err)
-			}
-			if queue == p.QueueID {
-				heads[id] = st
-			}
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, interpretError(err)
+		if h != nil {
+			heads[id.(int64)] = state{head: h.seq, nonce: h.nonce}
 		}
 	}
 	var live []bus.Handle
@@ -527,22 +488,28 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, er
 	rows, err := d.query(`UPDATE stories SET (head_seq, visible_at) =
 			(SELECT seq, enqueued_at FROM messages WHERE story_id = stories.id ORDER BY seq LIMIT 1),
 			receive_count = 0, nonce = 0, delayed = 0
-		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id`, ids...)
+		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id, head_seq, visible_at`, ids...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	woken := make(map[int64]bool, n)
+	type next struct{ id, seq, visibleAt int64 }
+	var advanced []next
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var a next
+		if err := rows.Scan(&a.id, &a.seq, &a.visibleAt); err != nil {
 			_ = rows.Close()
 			return nil, interpretError(err)
 		}
-		woken[id] = true
+		woken[a.id] = true
+		advanced = append(advanced, a)
 	}
 	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
+	}
+	for _, a := range advanced {
+		d.heads.storyAdvanced(p.QueueID, a.id, true, a.seq, a.visibleAt)
 	}
 	var empty []any
 	for _, h := range live {
@@ -554,6 +521,9 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, er
 	if len(empty) > 0 {
 		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(empty)), ", ")+`)`, empty...); err != nil {
 			return nil, interpretError(err)
+		}
+		for _, id := range empty {
+			d.heads.storyAdvanced(p.QueueID, id.(int64), false, 0, 0)
 		}
 	}
 	return woken, nil
@@ -611,20 +581,16 @@ func invalid(msg string) bus.SettleResult {
 // liveHead reads the story of h when h is its head's latest delivery:
 // ok false otherwise, with the reason.
 func liveHead(d *dbq, h bus.Handle) (receiveCount int, ok bool, why string, err error) {
-	var head, nonce int64
-	err = d.row(`SELECT head_seq, nonce, receive_count FROM stories WHERE id = ? AND queue_id = ?`, h.StoryID, h.QueueID).
-		Scan(&head, &nonce, &receiveCount)
+	st, err := headOf(d, h.QueueID, h.StoryID)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, "the message is no longer in the queue", nil
 	case err != nil:
-		return 0, false, "", interpretError(err)
-	case head != h.Seq:
+		return 0, false, "", err
+	case st == nil || st.seq != h.Seq:
 		return 0, false, "the message is no longer in the queue", nil
-	case nonce == 0 || nonce != h.Nonce:
+	case st.nonce == 0 || st.nonce != h.Nonce:
 		return 0, false, "the message was received again since this receipt handle was issued", nil
 	}
-	return receiveCount, true, "", nil
+	return st.receiveCount, true, "", nil
 }
 
 func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult, error) {
@@ -655,7 +621,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 		h.QueueID, h.StoryID, h.Seq, h.Nonce, now); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
-	woke, err := advance(d, h.StoryID)
+	woke, err := advance(d, h.QueueID, h.StoryID)
 	if err != nil {
 		return bus.SettleResult{}, err
 	}
@@ -673,16 +639,18 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 	}
 	if count >= limit {
 		// Delivered as often as allowed: to the dead letters now.
-		woke, err := deadLetter(d, h.StoryID, h.Seq, count, now)
+		woke, err := deadLetter(d, h.QueueID, h.StoryID, h.Seq, count, now)
 		if err != nil {
 			return bus.SettleResult{}, err
 		}
 		return bus.SettleResult{OK: true, Woken: woke, DeadLettered: true}, nil
 	}
 	// The nonce stays: the handle still settles until the next receive.
+	visibleAt := ms(p.Now.Add(p.Delay))
 	if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = ? WHERE id = ?`,
-		ms(p.Now.Add(p.Delay)), boolInt(p.Delay > 0), h.StoryID); err != nil {
+		visibleAt, boolInt(p.Delay > 0), h.StoryID); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
+	d.heads.storySet(h.QueueID, h.StoryID, func(s *head) { s.visibleAt, s.delayed = visibleAt, p.Delay > 0 })
 	return bus.SettleResult{OK: true, Woken: p.Delay <= 0}, nil
 }

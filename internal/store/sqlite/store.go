@@ -169,6 +169,12 @@ func splitSpec(spec string) (string, options, error) {
 }
 
 func open(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy) (*Store, error) {
+	return openUpTo(ctx, spec, logger, wal, 0)
+}
+
+// openUpTo is open applying the migrations up to version upTo only (0:
+// all): tests make databases of an older schema with it.
+func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy, upTo int) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -179,6 +185,9 @@ func open(ctx context.Context, spec string, logger *slog.Logger, wal walPolicy) 
 	ms, err := loadMigrations()
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if upTo > 0 && upTo < len(ms) {
+		ms = ms[:upTo]
 	}
 
 	wdb, err := sql.Open("sqlite", dsn(path, commonPragmas, writePragmas))

@@ -87,6 +87,7 @@ type writer struct {
 	wal     walPolicy
 	conn    *sql.Conn
 	stmts   *stmtCache
+	heads   *heads // the in-memory index of story heads (heads.go)
 	walPath string
 	log     *slog.Logger
 	ops     chan *op
@@ -120,6 +121,7 @@ func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, 
 		wal:         wal,
 		conn:        conn,
 		stmts:       newStmtCache(conn),
+		heads:       newHeads(),
 		walPath:     walPath,
 		log:         log,
 		ops:         make(chan *op, maxBatch),
@@ -307,7 +309,13 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 	if _, err := w.exec(ctx, "SAVEPOINT op"); err != nil {
 		return fmt.Errorf("savepoint: %w", interpretError(err))
 	}
-	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts})
+	before := w.heads.changes
+	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts, heads: w.heads})
+	if o.err != nil && w.heads.changes != before {
+		// The savepoint's rollback undoes what o wrote; the index cannot
+		// undo o's changes, so it loads again from the tables.
+		w.heads.reset()
+	}
 	if o.err == nil {
 		if _, err := w.exec(ctx, "RELEASE op"); err != nil {
 			return fmt.Errorf("release savepoint: %w", interpretError(err))
@@ -330,11 +338,13 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 func (w *writer) commit(t *txn) {
 	if err := w.failure(); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.heads.reset()
 		w.answerAll(t.live, err)
 		return
 	}
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.heads.reset()
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
@@ -475,6 +485,7 @@ func (w *writer) failure() error {
 // rest, the operations not yet run.
 func (w *writer) abandon(t *txn, culprit *op, err error, rest []*op) []*op {
 	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK") // may fail: already rolled back
+	w.heads.reset()                                               // the index held the rolled back changes
 	w.log.Warn("sqlite write transaction abandoned", slog.Int("operations", len(t.live)+1), slog.Any("error", err))
 	culprit.done <- err
 	var again []*op
