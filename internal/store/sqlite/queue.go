@@ -231,6 +231,47 @@ func readDelivery(d *dbq, del *bus.Delivery) error {
 	return interpretError(err)
 }
 
+// readDeliveries fills the message fields of deliveries of distinct
+// stories from their head rows, in one statement.
+func readDeliveries(d *dbq, dels []bus.Delivery) error {
+	if len(dels) == 1 {
+		return readDelivery(d, &dels[0])
+	}
+	byStory := make(map[int64]int, len(dels))
+	args := make([]any, 0, 2*len(dels))
+	for i := range dels {
+		byStory[dels[i].Handle.StoryID] = i
+		args = append(args, dels[i].Handle.StoryID, dels[i].Handle.Seq)
+	}
+	rows, err := d.query(`SELECT story_id, `+deliveryCols+` FROM messages WHERE (story_id, seq) IN (VALUES `+placeholders(len(dels), 2)+`)`, args...)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var story, enq int64
+		var del bus.Delivery
+		if err := rows.Scan(&story, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
+			return interpretError(err)
+		}
+		i, ok := byStory[story]
+		if !ok {
+			continue
+		}
+		del.Handle, del.ReceiveCount, del.EnqueuedAt = dels[i].Handle, dels[i].ReceiveCount, fromMS(enq)
+		dels[i] = del
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if found != len(dels) {
+		return fmt.Errorf("sqlite: %d of %d story heads have no message row", len(dels)-found, len(dels))
+	}
+	return nil
+}
+
 func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	now := ms(p.Now)
 	limit, err := attemptLimit(d, p.QueueID)
@@ -281,10 +322,10 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 				del := &res.Deliveries[i]
 				del.Handle = bus.Handle{QueueID: p.QueueID, StoryID: h.id, Seq: h.seq, Nonce: newNonce()}
 				del.ReceiveCount = h.receiveCount + 1
-				if err := readDelivery(d, del); err != nil {
-					return nil, err
-				}
 				args = append(args, h.id, del.ReceiveCount, del.Handle.Nonce)
+			}
+			if err := readDeliveries(d, res.Deliveries); err != nil {
+				return nil, err
 			}
 			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
 				FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...); err != nil {

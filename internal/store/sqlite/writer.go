@@ -485,7 +485,7 @@ func (w *writer) failure() error {
 // rest, the operations not yet run.
 func (w *writer) abandon(t *txn, culprit *op, err error, rest []*op) []*op {
 	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK") // may fail: already rolled back
-	w.heads.reset()                                               // the index held the rolled back changes
+	w.heads.reset()                                             // the index held the rolled back changes
 	w.log.Warn("sqlite write transaction abandoned", slog.Int("operations", len(t.live)+1), slog.Any("error", err))
 	culprit.done <- err
 	var again []*op
