@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +277,29 @@ func TestMigrationToLeanHeads(t *testing.T) {
 		t.Fatalf("dead letters %+v (%v), want m3", dl, err)
 	}
 	checkHeads(t, s)
+}
+
+// TestSecondProcessRefused: while a store is open, a second open of the
+// same file (as a second process would) fails, naming the lock; after
+// Close it succeeds.
+func TestSecondProcessRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "one.db")
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, path, testLogger(t))
+	if err == nil || !errors.Is(err, bus.ErrUnavailable) || !strings.Contains(err.Error(), "another sombus process") {
+		t.Fatalf("second open: %v, want a refusal naming the other process", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	_ = s.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ type Store struct {
 	wdb  *sql.DB // one connection, owned by w
 	w    *writer
 	rdb  *sql.DB // read-only pool
+	lock *os.File // the exclusive lock on PATH-lock (lockfile.go); nil where there is none
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -200,6 +202,16 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 	if upTo > 0 && upTo < len(ms) {
 		ms = ms[:upTo]
 	}
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok && lock != nil {
+			_ = lock.Close() // releases the lock
+		}
+	}()
 
 	wdb, err := sql.Open("sqlite", dsn(path, commonPragmas, writePragmas))
 	if err != nil {
@@ -248,8 +260,9 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, interpretError(err))
 	}
 
-	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb}
+	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb, lock: lock}
 	s.w = newWriter(wconn, path+"-wal", wal, opts.syncCommits, logger)
+	ok = true
 	return s, nil
 }
 
@@ -264,6 +277,9 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.w.stop() // also closes the write connection's statements
 		err := errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
+		if s.lock != nil {
+			err = errors.Join(err, s.lock.Close()) // releases the lock, last
+		}
 		if err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close: %w", interpretError(err))
 		}
