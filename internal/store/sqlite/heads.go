@@ -29,6 +29,12 @@ import (
 // it is open (see lockfile.go).
 type heads struct {
 	queues map[string]*headQueue
+	// The connections table, as publish and receive read it: each
+	// workspace's consumer queues with their subscriptions, and each
+	// queue's attempt limit. Any change of a connection clears both
+	// (connectionsChanged); they fill again from the table.
+	targets map[string][]target
+	limits  map[string]int
 	// changes counts the changes made to the index, so that the writer can
 	// tell whether a failed operation touched it.
 	changes uint64
@@ -59,7 +65,9 @@ type headQueue struct {
 	recv    *btree.BTreeG[*head] // stories whose head was received (receiveCount > 0)
 }
 
-func newHeads() *heads { return &heads{queues: make(map[string]*headQueue)} }
+func newHeads() *heads {
+	return &heads{queues: make(map[string]*headQueue), targets: make(map[string][]target), limits: make(map[string]int)}
+}
 
 func newHeadQueue() *headQueue {
 	return &headQueue{
@@ -75,6 +83,18 @@ func (h *heads) reset() {
 		return
 	}
 	clear(h.queues)
+	clear(h.targets)
+	clear(h.limits)
+	h.changes++
+}
+
+// connectionsChanged forgets what was read of the connections table.
+func (h *heads) connectionsChanged() {
+	if h == nil {
+		return
+	}
+	clear(h.targets)
+	clear(h.limits)
 	h.changes++
 }
 

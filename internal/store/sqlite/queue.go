@@ -41,32 +41,48 @@ type target struct {
 	subs []bus.Subscription
 }
 
-func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
-	now := ms(p.Now)
-	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
-	// The workspace's consumers (any status), read once per call.
+// workspaceTargets reads a workspace's consumers (any status), oldest
+// first, through the writer's cache of them.
+func workspaceTargets(d *dbq, workspaceID string) ([]target, error) {
+	if d.heads != nil {
+		if ts, ok := d.heads.targets[workspaceID]; ok {
+			return ts, nil
+		}
+	}
 	rows, err := d.query(`SELECT id, subscriptions FROM connections
-		WHERE workspace_id = ? AND kind = ? ORDER BY created_at, rowid`, p.WorkspaceID, string(bus.KindConsumer))
+		WHERE workspace_id = ? AND kind = ? ORDER BY created_at, rowid`, workspaceID, string(bus.KindConsumer))
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	var targets []target
+	defer rows.Close()
+	targets := []target{}
 	for rows.Next() {
 		var t target
 		var subs string
 		if err := rows.Scan(&t.id, &subs); err != nil {
-			_ = rows.Close()
 			return nil, interpretError(err)
 		}
 		if err := json.Unmarshal([]byte(subs), &t.subs); err != nil {
-			_ = rows.Close()
 			return nil, fmt.Errorf("connection %s: subscriptions: %w", t.id, err)
 		}
 		targets = append(targets, t)
 	}
-	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
+	}
+	if d.heads != nil {
+		d.heads.targets[workspaceID] = targets
+		d.heads.changes++
+	}
+	return targets, nil
+}
+
+func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
+	now := ms(p.Now)
+	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
+	targets, err := workspaceTargets(d, p.WorkspaceID)
+	if err != nil {
+		return nil, err
 	}
 
 	out := make([]bus.PublishOutcome, len(p.Messages))
@@ -184,9 +200,21 @@ func deadLetter(d *dbq, queueID string, storyID, seq int64, receiveCount int, no
 // attemptLimit reads a queue's attempt limit; ErrNotFound when the queue
 // (its connection) does not exist.
 func attemptLimit(d *dbq, queueID string) (int, error) {
+	if d.heads != nil {
+		if n, ok := d.heads.limits[queueID]; ok {
+			return n, nil
+		}
+	}
 	var n int
 	err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, queueID).Scan(&n)
-	return n, one(err, "queue", queueID)
+	if err != nil {
+		return 0, one(err, "queue", queueID)
+	}
+	if d.heads != nil {
+		d.heads.limits[queueID] = n
+		d.heads.changes++
+	}
+	return n, nil
 }
 
 // deadLetterExhausted moves the heads of the queue's visible stories that
@@ -595,10 +623,10 @@ func (s *Store) settle(ctx context.Context, p *bus.SettleParams, one settleFunc)
 // settleEach settles the handles one by one, in order.
 func settleEach(d *dbq, p *bus.SettleParams, one settleFunc) ([]bus.SettleResult, error) {
 	out := make([]bus.SettleResult, len(p.Handles))
-	limit := 0
 	// A missing queue has no stories: every handle fails below.
-	if err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, p.QueueID).Scan(&limit); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, interpretError(err)
+	limit, err := attemptLimit(d, p.QueueID)
+	if err != nil && !errors.Is(err, bus.ErrNotFound) {
+		return nil, err
 	}
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
