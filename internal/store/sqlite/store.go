@@ -27,7 +27,7 @@ type Store struct {
 	log  *slog.Logger
 	wdb  *sql.DB // one connection, owned by w
 	w    *writer
-	rdb  *sql.DB // read-only pool
+	rdb  *sql.DB  // read-only pool
 	lock *os.File // the exclusive lock on PATH-lock (lockfile.go); nil where there is none
 
 	closed    atomic.Bool
