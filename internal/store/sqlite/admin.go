@@ -136,7 +136,7 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 		}
 		now := ms(p.Now)
 		for _, l := range letters {
-			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now)
+			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now, nil)
 			if err != nil {
 				return err
 			}

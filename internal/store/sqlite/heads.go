@@ -42,8 +42,10 @@ type heads struct {
 
 // head is one story's delivery state: the stories row's columns.
 type head struct {
-	id           int64 // the story id
-	seq          int64 // the head's sequence number
+	id           int64  // the story id
+	key          string // the story key (correlation id)
+	seq          int64  // the head's sequence number
+	tail         int64  // the last sequence number taken
 	visibleAt    int64 // ms
 	nonce        int64 // 0 until the head is received
 	receiveCount int
@@ -61,6 +63,7 @@ func headLess(a, b *head) bool {
 // headQueue is the index of one queue.
 type headQueue struct {
 	stories map[int64]*head
+	byKey   map[string]*head
 	byVis   *btree.BTreeG[*head] // every story
 	recv    *btree.BTreeG[*head] // stories whose head was received (receiveCount > 0)
 }
@@ -72,6 +75,7 @@ func newHeads() *heads {
 func newHeadQueue() *headQueue {
 	return &headQueue{
 		stories: make(map[int64]*head),
+		byKey:   make(map[string]*head),
 		byVis:   btree.NewG(16, headLess),
 		recv:    btree.NewG(16, headLess),
 	}
@@ -124,7 +128,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	if q := h.queues[queueID]; q != nil {
 		return q, nil
 	}
-	rows, err := d.query(`SELECT id, head_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+	rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -133,7 +137,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	for rows.Next() {
 		s := &head{}
 		var delayed int
-		if err := rows.Scan(&s.id, &s.seq, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
+		if err := rows.Scan(&s.id, &s.key, &s.seq, &s.tail, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
 			return nil, interpretError(err)
 		}
 		s.delayed = delayed != 0
@@ -150,6 +154,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 // put adds a story.
 func (q *headQueue) put(s *head) {
 	q.stories[s.id] = s
+	q.byKey[s.key] = s
 	q.byVis.ReplaceOrInsert(s)
 	if s.receiveCount > 0 {
 		q.recv.ReplaceOrInsert(s)
@@ -163,6 +168,7 @@ func (q *headQueue) remove(id int64) {
 		return
 	}
 	delete(q.stories, id)
+	delete(q.byKey, s.key)
 	q.byVis.Delete(s)
 	q.recv.Delete(s)
 }
@@ -216,13 +222,6 @@ func (q *headQueue) exhausted(now int64, limit int) []*head {
 
 // --- changes, each applied right after the statement that makes it
 
-// storyCreated records a new story (head 1, visible at visibleAt).
-func (h *heads) storyCreated(queueID string, id, visibleAt int64) {
-	if q := h.loaded(queueID); q != nil {
-		q.put(&head{id: id, seq: 1, visibleAt: visibleAt})
-		h.changes++
-	}
-}
 
 // storyAdvanced records a story's next head (ready at visibleAt, never
 // received), or with ok false that the story went.
@@ -238,8 +237,8 @@ func (h *heads) storyAdvanced(queueID string, id int64, ok bool, seq, visibleAt 
 	}
 	s := q.stories[id]
 	if s == nil {
-		s = &head{id: id}
-		q.stories[id] = s
+		h.drop(queueID) // cannot be: load the queue again
+		return
 	}
 	q.update(s, func(s *head) {
 		s.seq, s.visibleAt, s.receiveCount, s.nonce, s.delayed = seq, visibleAt, 0, 0, false

@@ -19,7 +19,7 @@ func checkHeads(t *testing.T, s *Store) {
 	t.Helper()
 	err := s.w.do(context.Background(), func(d *dbq) error {
 		for queueID, q := range d.heads.queues {
-			rows, err := d.query(`SELECT id, head_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+			rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
 			if err != nil {
 				return err
 			}
@@ -27,7 +27,7 @@ func checkHeads(t *testing.T, s *Store) {
 			for rows.Next() {
 				var h head
 				var delayed int
-				if err := rows.Scan(&h.id, &h.seq, &h.visibleAt, &h.receiveCount, &h.nonce, &delayed); err != nil {
+				if err := rows.Scan(&h.id, &h.key, &h.seq, &h.tail, &h.visibleAt, &h.receiveCount, &h.nonce, &delayed); err != nil {
 					_ = rows.Close()
 					return err
 				}
@@ -35,7 +35,7 @@ func checkHeads(t *testing.T, s *Store) {
 				want[h.id] = h
 			}
 			_ = rows.Close()
-			if len(want) != len(q.stories) || len(want) != q.byVis.Len() {
+			if len(want) != len(q.stories) || len(want) != q.byVis.Len() || len(want) != len(q.byKey) {
 				return fmt.Errorf("queue %s: %d stories in the table, %d in the index (%d in its tree)", queueID, len(want), len(q.stories), q.byVis.Len())
 			}
 			recv := 0

@@ -86,6 +86,10 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	}
 
 	out := make([]bus.PublishOutcome, len(p.Messages))
+	// The message rows and the stories' new tails are written once for
+	// all messages, after the loop.
+	tails := make(map[int64]*head)
+	var rows []any
 	for i, m := range p.Messages {
 		var queues []string
 		for _, t := range targets {
@@ -113,18 +117,20 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 			continue
 		}
 		for _, q := range queues {
-			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now)
+			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now, tails)
 			if err != nil {
 				return nil, err
 			}
-			if _, err := d.exec(`INSERT INTO messages(story_id, seq, queue_id, message_id, message_type, topic,
-				correlation_id, producer_id, enqueued_at, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
-				envelope(m.Envelope)); err != nil {
-				return nil, interpretError(err)
-			}
+			rows = append(rows, storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
+				envelope(m.Envelope))
 		}
 		out[i] = bus.PublishOutcome{Deliveries: len(queues), QueueIDs: queues}
+	}
+	if err := flushTails(d, tails); err != nil {
+		return nil, err
+	}
+	if err := insertMessages(d, rows); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -138,23 +144,75 @@ func envelope(b []byte) []byte {
 }
 
 // appendToStory takes the next sequence number of a story, creating the
-// story (visible now, head 1) when the queue has none for key.
-func appendToStory(d *dbq, queueID, key string, now int64) (storyID, seq int64, err error) {
-	// An existing story first: an UPDATE is far cheaper than an INSERT that
-	// conflicts (the upsert takes an AUTOINCREMENT id before it finds the
-	// conflict).
-	err = d.row(`UPDATE stories SET tail_seq = tail_seq + 1 WHERE queue_id = ? AND story_key = ? RETURNING id, tail_seq`,
-		queueID, key).Scan(&storyID, &seq)
-	if !errors.Is(err, sql.ErrNoRows) {
-		return storyID, seq, interpretError(err)
+// story (visible now, head 1) when the queue has none for key. The queue's
+// index of heads knows the story and its tail; the stories row's tail_seq
+// is updated at once, or, with tails non-nil, later by flushTails (a
+// publish updates each story once for all its messages).
+func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head) (storyID, seq int64, err error) {
+	q, err := d.heads.queue(d, queueID)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s := q.byKey[key]; s != nil {
+		s.tail++
+		d.heads.changes++
+		if tails != nil {
+			tails[s.id] = s
+			return s.id, s.tail, nil
+		}
+		if _, err := d.exec(`UPDATE stories SET tail_seq = ? WHERE id = ?`, s.tail, s.id); err != nil {
+			return 0, 0, interpretError(err)
+		}
+		return s.id, s.tail, nil
 	}
 	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id, tail_seq`, queueID, key, now).Scan(&storyID, &seq)
+		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id`, queueID, key, now).Scan(&storyID)
 	if err != nil {
 		return 0, 0, interpretError(err)
 	}
-	d.heads.storyCreated(queueID, storyID, now)
-	return storyID, seq, nil
+	q.put(&head{id: storyID, key: key, seq: 1, tail: 1, visibleAt: now})
+	d.heads.changes++
+	return storyID, 1, nil
+}
+
+// flushTails writes the tail_seq of the stories appendToStory extended.
+func flushTails(d *dbq, tails map[int64]*head) error {
+	const chunk = 400
+	args := make([]any, 0, 2*min(len(tails), chunk))
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		_, err := d.exec(`UPDATE stories SET tail_seq = c.column2 FROM (VALUES `+placeholders(n, 2)+`) AS c WHERE stories.id = c.column1`, args...)
+		args, n = args[:0], 0
+		return interpretError(err)
+	}
+	for id, s := range tails {
+		args = append(args, id, s.tail)
+		if n++; n == chunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// messageCols are the columns publish writes, messageArgs their values.
+const messageCols = `story_id, seq, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`
+
+// insertMessages inserts rows of messageCols values, many per statement.
+func insertMessages(d *dbq, args []any) error {
+	const cols, chunk = 10, 200
+	for len(args) > 0 {
+		n := min(len(args)/cols, chunk)
+		if _, err := d.exec(`INSERT INTO messages(`+messageCols+`) VALUES `+placeholders(n, cols), args[:n*cols]...); err != nil {
+			return interpretError(err)
+		}
+		args = args[n*cols:]
+	}
+	return nil
 }
 
 // advance moves a story past its head after the head left (ack or
