@@ -46,8 +46,8 @@ type head struct {
 	key          string // the story key (correlation id)
 	seq          int64  // the head's sequence number
 	tail         int64  // the last sequence number taken
-	visibleAt    int64 // ms
-	nonce        int64 // 0 until the head is received
+	visibleAt    int64  // ms
+	nonce        int64  // 0 until the head is received
 	receiveCount int
 	delayed      bool // released with a delay
 }
@@ -221,7 +221,6 @@ func (q *headQueue) exhausted(now int64, limit int) []*head {
 }
 
 // --- changes, each applied right after the statement that makes it
-
 
 // storyAdvanced records a story's next head (ready at visibleAt, never
 // received), or with ok false that the story went.

@@ -79,8 +79,20 @@ func workspaceTargets(d *dbq, workspaceID string) ([]target, error) {
 
 func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	now := ms(p.Now)
-	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
 	targets, err := workspaceTargets(d, p.WorkspaceID)
+	if err != nil {
+		return nil, err
+	}
+	// The queues of each message.
+	queues := make([][]string, len(p.Messages))
+	for i, m := range p.Messages {
+		for _, t := range targets {
+			if bus.Matches(t.subs, m.Topic, p.ProducerID) {
+				queues[i] = append(queues[i], t.id)
+			}
+		}
+	}
+	accepted, err := dedupAll(d, p, queues)
 	if err != nil {
 		return nil, err
 	}
@@ -91,23 +103,7 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	tails := make(map[int64]*head)
 	var rows []any
 	for i, m := range p.Messages {
-		var queues []string
-		for _, t := range targets {
-			if bus.Matches(t.subs, m.Topic, p.ProducerID) {
-				queues = append(queues, t.id)
-			}
-		}
-		// The dedup record first, in one statement: a new id, or an expired
-		// record of the same id replaced, changes a row; a live record
-		// (accepted within the window) changes none: a duplicate.
-		n, err := d.affected(`INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES (?, ?, ?, ?)
-			ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries
-			WHERE dedup.accepted_at <= ?`,
-			p.ProducerID, m.MessageID, now, len(queues), dedupAfter)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		if n == 0 {
+		if !accepted[i] {
 			var deliveries int
 			if err := d.row(`SELECT deliveries FROM dedup WHERE producer_id = ? AND message_id = ?`, p.ProducerID, m.MessageID).
 				Scan(&deliveries); err != nil {
@@ -116,7 +112,7 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 			out[i] = bus.PublishOutcome{Duplicate: true, Deliveries: deliveries}
 			continue
 		}
-		for _, q := range queues {
+		for _, q := range queues[i] {
 			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now, tails)
 			if err != nil {
 				return nil, err
@@ -124,7 +120,7 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 			rows = append(rows, storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
 				envelope(m.Envelope))
 		}
-		out[i] = bus.PublishOutcome{Deliveries: len(queues), QueueIDs: queues}
+		out[i] = bus.PublishOutcome{Deliveries: len(queues[i]), QueueIDs: queues[i]}
 	}
 	if err := flushTails(d, tails); err != nil {
 		return nil, err
@@ -133,6 +129,74 @@ func publish(d *dbq, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// dedupUpsert writes a dedup record: a new id, or an expired record of the
+// same id replaced, changes a row; a live record (accepted within the
+// window) changes none: a duplicate.
+const dedupUpsert = `INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES %s
+	ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries
+	WHERE dedup.accepted_at <= ?`
+
+// dedupOne is dedupUpsert of one record.
+var dedupOne = fmt.Sprintf(dedupUpsert, "(?, ?, ?, ?)")
+
+// dedupAll writes the dedup records of a publish call and reports which
+// messages were accepted (the others are duplicates). When the call's
+// message ids are distinct, one statement per chunk does it (RETURNING
+// names the rows it inserted or replaced); an id twice in the call goes
+// message by message, in order, so that its second copy is a duplicate of
+// the first.
+func dedupAll(d *dbq, p *bus.PublishParams, queues [][]string) ([]bool, error) {
+	now := ms(p.Now)
+	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
+	accepted := make([]bool, len(p.Messages))
+	index := make(map[string]int, len(p.Messages))
+	for i, m := range p.Messages {
+		if _, dup := index[m.MessageID]; dup {
+			index = nil
+			break
+		}
+		index[m.MessageID] = i
+	}
+	if index == nil || len(p.Messages) == 1 {
+		for i, m := range p.Messages {
+			n, err := d.affected(dedupOne, p.ProducerID, m.MessageID, now, len(queues[i]), dedupAfter)
+			if err != nil {
+				return nil, interpretError(err)
+			}
+			accepted[i] = n > 0
+		}
+		return accepted, nil
+	}
+	const chunk = 200
+	for start := 0; start < len(p.Messages); start += chunk {
+		ms := p.Messages[start:min(len(p.Messages), start+chunk)]
+		args := make([]any, 0, 4*len(ms)+1)
+		for j, m := range ms {
+			args = append(args, p.ProducerID, m.MessageID, now, len(queues[start+j]))
+		}
+		args = append(args, dedupAfter)
+		rows, err := d.query(fmt.Sprintf(dedupUpsert, placeholders(len(ms), 4))+` RETURNING message_id`, args...)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				_ = rows.Close()
+				return nil, interpretError(err)
+			}
+			if i, ok := index[id]; ok {
+				accepted[i] = true
+			}
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, interpretError(err)
+		}
+	}
+	return accepted, nil
 }
 
 // envelope keeps an empty envelope a (non-NULL) empty blob.
