@@ -303,3 +303,52 @@ func TestSecondProcessRefused(t *testing.T) {
 	}
 	_ = s.Close()
 }
+
+// TestPublishBatchDedup: a call of distinct ids (the one-statement dedup)
+// that holds a live duplicate, an expired record and new ids accepts the
+// right ones, in order.
+func TestPublishBatchDedup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	publish := func(at time.Time, ms ...bus.PublishMessage) []bus.PublishOutcome {
+		t.Helper()
+		out, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: at, DedupWindow: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	publish(t0, msg("old", "s"))
+	publish(t0.Add(90*time.Minute), msg("live", "s"))
+	out := publish(t0.Add(2*time.Hour), msg("n1", "s"), msg("live", "s"), msg("old", "t"), msg("n2", "s"))
+	var got []string
+	for _, o := range out {
+		got = append(got, fmt.Sprint(o.Duplicate, "/", o.Deliveries))
+	}
+	if want := []string{"false/1", "true/1", "false/1", "false/1"}; !slices.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	var ids []string
+	for {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: t0.Add(3 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Deliveries) == 0 {
+			break
+		}
+		for _, d := range r.Deliveries {
+			ids = append(ids, d.MessageID)
+		}
+		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0.Add(3 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Story s: old, live, n1, n2 in order; story t: old again.
+	if want := []string{"old", "old", "live", "n1", "n2"}; !slices.Equal(ids, want) {
+		t.Fatalf("received %v, want %v", ids, want)
+	}
+	checkHeads(t, s)
+}
