@@ -146,8 +146,10 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
 	}
+	// A load is no change: every caller loads a queue before it writes to
+	// the queue's stories, so what it read stays true if the operation
+	// fails and its savepoint is rolled back.
 	h.queues[queueID] = q
-	h.changes++
 	return q, nil
 }
 

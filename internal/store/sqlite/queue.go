@@ -71,8 +71,9 @@ func workspaceTargets(d *dbq, workspaceID string) ([]target, error) {
 		return nil, interpretError(err)
 	}
 	if d.heads != nil {
+		// No change to undo if the operation fails: only Tx methods
+		// change connections (and clear this), and they never read it.
 		d.heads.targets[workspaceID] = targets
-		d.heads.changes++
 	}
 	return targets, nil
 }
@@ -333,8 +334,7 @@ func attemptLimit(d *dbq, queueID string) (int, error) {
 		return 0, one(err, "queue", queueID)
 	}
 	if d.heads != nil {
-		d.heads.limits[queueID] = n
-		d.heads.changes++
+		d.heads.limits[queueID] = n // no change to undo, as in workspaceTargets
 	}
 	return n, nil
 }
