@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -46,6 +47,7 @@ func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error)
 		if _, err := d.exec(`DELETE FROM stories WHERE queue_id = ?`, p.QueueID); err != nil {
 			return interpretError(err)
 		}
+		d.heads.drop(p.QueueID)
 		return auditInsert(d, p.Audit)
 	})
 	if err != nil {
@@ -134,7 +136,7 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 		}
 		now := ms(p.Now)
 		for _, l := range letters {
-			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now)
+			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now, nil)
 			if err != nil {
 				return err
 			}
@@ -157,6 +159,55 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 		return 0, fmt.Errorf("redrive: %w", err)
 	}
 	return n, nil
+}
+
+// exhaustedHead is a story head of a queue to dead-letter.
+type exhaustedHead struct {
+	queue string
+	*head
+}
+
+// exhaustedHeads returns up to n heads of every consumer queue that are
+// visible at now and were received as often as their queue allows, oldest
+// visible_at first (from the writer's index of heads, loading the queues
+// not loaded yet).
+func exhaustedHeads(d *dbq, now int64, n int) ([]exhaustedHead, error) {
+	rows, err := d.query(`SELECT id, attempt_limit FROM connections WHERE kind = ?`, string(bus.KindConsumer))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	type queue struct {
+		id    string
+		limit int
+	}
+	var queues []queue
+	for rows.Next() {
+		var q queue
+		if err := rows.Scan(&q.id, &q.limit); err != nil {
+			_ = rows.Close()
+			return nil, interpretError(err)
+		}
+		queues = append(queues, q)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	var out []exhaustedHead
+	for _, q := range queues {
+		hq, err := d.heads.queue(d, q.id)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hq.exhausted(now, q.limit) {
+			out = append(out, exhaustedHead{queue: q.id, head: h})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return headLess(out[i].head, out[j].head) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
 }
 
 // maintainChunk bounds the rows one maintenance transaction handles, so
@@ -185,34 +236,12 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 		var wokeQ []string
 		err := s.w.do(ctx, func(d *dbq) error {
 			moved, wokeQ = 0, nil
-			// A scan of the partial index stories_received: received stories only.
-			rows, err := d.query(`SELECT s.id, s.queue_id, s.head_seq, s.receive_count FROM stories s INDEXED BY stories_received
-				JOIN connections c ON c.id = s.queue_id
-				WHERE s.receive_count > 0 AND s.visible_at <= ? AND s.receive_count >= c.attempt_limit
-				ORDER BY s.visible_at, s.id LIMIT ?`, now, maintainChunk)
+			heads, err := exhaustedHeads(d, now, maintainChunk)
 			if err != nil {
-				return interpretError(err)
-			}
-			type head struct {
-				id, seq int64
-				queue   string
-				count   int
-			}
-			var heads []head
-			for rows.Next() {
-				var h head
-				if err := rows.Scan(&h.id, &h.queue, &h.seq, &h.count); err != nil {
-					_ = rows.Close()
-					return interpretError(err)
-				}
-				heads = append(heads, h)
-			}
-			_ = rows.Close()
-			if err := rows.Err(); err != nil {
-				return interpretError(err)
+				return err
 			}
 			for _, h := range heads {
-				adv, err := deadLetter(d, h.id, h.seq, h.count, now)
+				adv, err := deadLetter(d, h.queue, h.id, h.seq, h.receiveCount, now)
 				if err != nil {
 					return err
 				}
@@ -325,7 +354,7 @@ func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
 	}
 	var woken []string
 	for story, queue := range heads {
-		adv, err := advance(d, story)
+		adv, err := advance(d, queue, story)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -26,6 +26,7 @@ type dbq struct {
 	ctx   context.Context
 	q     querier
 	stmts *stmtCache
+	heads *heads // the writer's index of story heads; nil on the read pool
 }
 
 func (d *dbq) exec(query string, args ...any) (sql.Result, error) {

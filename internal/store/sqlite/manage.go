@@ -235,6 +235,7 @@ func (t *tx) ConnectionCreate(c bus.Connection) error {
 	if err != nil {
 		return err
 	}
+	t.d.heads.connectionsChanged()
 	_, err = t.d.exec(`INSERT INTO connections(`+connCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.ID, c.WorkspaceID, string(c.Kind), c.Name, string(c.Status), c.AttemptLimit, c.QuotaTier,
 		c.CredentialVersion, subs, ms(c.CreatedAt), ms(c.UpdatedAt), secretState(c.SecretState), c.SecretHash,
@@ -288,6 +289,7 @@ func (t *tx) ConnectionUpdate(c bus.Connection) error {
 	if err != nil {
 		return err
 	}
+	t.d.heads.connectionsChanged()
 	n, err := t.d.affected(`UPDATE connections SET kind = ?, name = ?, status = ?, attempt_limit = ?,
 		quota_tier = ?, credential_version = ?, subscriptions = ?, updated_at = ?, secret_state = ?,
 		secret_hash = ?, secret_issued_at = ?, previous_secret_hash = ?, previous_secret_expires_at = ?
@@ -298,11 +300,19 @@ func (t *tx) ConnectionUpdate(c bus.Connection) error {
 	return mustAffect(n, err, "connection", c.ID)
 }
 
-// ConnectionDelete removes a connection; the foreign keys' ON DELETE
-// CASCADE remove its stories and messages, dead letters, attempt ids, ack
-// records and skills in the same statement.
+// ConnectionDelete removes a connection and its ack records; the foreign
+// keys' ON DELETE CASCADE remove its stories and messages, dead letters,
+// attempt ids and skills in the same statement.
 func (t *tx) ConnectionDelete(id string) error {
+	// Ack records have no foreign key (an ack would pay for its check).
+	if _, err := t.d.exec(`DELETE FROM ack_records WHERE queue_id = ?`, id); err != nil {
+		return interpretError(err)
+	}
+	t.d.heads.connectionsChanged()
 	n, err := t.d.affected(`DELETE FROM connections WHERE id = ?`, id)
+	if err == nil && n > 0 {
+		t.d.heads.drop(id) // its stories went with it
+	}
 	return mustAffect(n, err, "connection", id)
 }
 

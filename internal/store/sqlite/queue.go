@@ -37,27 +37,28 @@ func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus
 
 func publish(d *dbq, routes *bus.RouteCache, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
 	now := ms(p.Now)
-	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
 	// The workspace's consumers (any status), compiled once per change.
 	rt, err := router(d, routes, p.WorkspaceID)
 	if err != nil {
 		return nil, err
 	}
+	// The queues of each message.
+	queues := make([][]string, len(p.Messages))
+	for i, m := range p.Messages {
+		queues[i] = rt.Route(m.Topic, p.ProducerID)
+	}
+	accepted, err := dedupAll(d, p, queues)
+	if err != nil {
+		return nil, err
+	}
 
 	out := make([]bus.PublishOutcome, len(p.Messages))
+	// The message rows and the stories' new tails are written once for
+	// all messages, after the loop.
+	tails := make(map[int64]*head)
+	var rows []any
 	for i, m := range p.Messages {
-		queues := rt.Route(m.Topic, p.ProducerID)
-		// The dedup record first, in one statement: a new id, or an expired
-		// record of the same id replaced, changes a row; a live record
-		// (accepted within the window) changes none: a duplicate.
-		n, err := d.affected(`INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES (?, ?, ?, ?)
-			ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries
-			WHERE dedup.accepted_at <= ?`,
-			p.ProducerID, m.MessageID, now, len(queues), dedupAfter)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		if n == 0 {
+		if !accepted[i] {
 			var deliveries int
 			if err := d.row(`SELECT deliveries FROM dedup WHERE producer_id = ? AND message_id = ?`, p.ProducerID, m.MessageID).
 				Scan(&deliveries); err != nil {
@@ -66,21 +67,91 @@ func publish(d *dbq, routes *bus.RouteCache, p *bus.PublishParams) ([]bus.Publis
 			out[i] = bus.PublishOutcome{Duplicate: true, Deliveries: deliveries}
 			continue
 		}
-		for _, q := range queues {
-			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now)
+		for _, q := range queues[i] {
+			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now, tails)
 			if err != nil {
 				return nil, err
 			}
-			if _, err := d.exec(`INSERT INTO messages(story_id, seq, queue_id, message_id, message_type, topic,
-				correlation_id, producer_id, enqueued_at, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
-				envelope(m.Envelope)); err != nil {
-				return nil, interpretError(err)
-			}
+			rows = append(rows, storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
+				envelope(m.Envelope))
 		}
-		out[i] = bus.PublishOutcome{Deliveries: len(queues), QueueIDs: queues}
+		out[i] = bus.PublishOutcome{Deliveries: len(queues[i]), QueueIDs: queues[i]}
+	}
+	if err := flushTails(d, tails); err != nil {
+		return nil, err
+	}
+	if err := insertMessages(d, rows); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// dedupUpsert writes a dedup record: a new id, or an expired record of the
+// same id replaced, changes a row; a live record (accepted within the
+// window) changes none: a duplicate.
+const dedupUpsert = `INSERT INTO dedup(producer_id, message_id, accepted_at, deliveries) VALUES %s
+	ON CONFLICT(producer_id, message_id) DO UPDATE SET accepted_at = excluded.accepted_at, deliveries = excluded.deliveries
+	WHERE dedup.accepted_at <= ?`
+
+// dedupOne is dedupUpsert of one record.
+var dedupOne = fmt.Sprintf(dedupUpsert, "(?, ?, ?, ?)")
+
+// dedupAll writes the dedup records of a publish call and reports which
+// messages were accepted (the others are duplicates). When the call's
+// message ids are distinct, one statement per chunk does it (RETURNING
+// names the rows it inserted or replaced); an id twice in the call goes
+// message by message, in order, so that its second copy is a duplicate of
+// the first.
+func dedupAll(d *dbq, p *bus.PublishParams, queues [][]string) ([]bool, error) {
+	now := ms(p.Now)
+	dedupAfter := ms(p.Now.Add(-p.DedupWindow))
+	accepted := make([]bool, len(p.Messages))
+	index := make(map[string]int, len(p.Messages))
+	for i, m := range p.Messages {
+		if _, dup := index[m.MessageID]; dup {
+			index = nil
+			break
+		}
+		index[m.MessageID] = i
+	}
+	if index == nil || len(p.Messages) == 1 {
+		for i, m := range p.Messages {
+			n, err := d.affected(dedupOne, p.ProducerID, m.MessageID, now, len(queues[i]), dedupAfter)
+			if err != nil {
+				return nil, interpretError(err)
+			}
+			accepted[i] = n > 0
+		}
+		return accepted, nil
+	}
+	const chunk = 200
+	for start := 0; start < len(p.Messages); start += chunk {
+		ms := p.Messages[start:min(len(p.Messages), start+chunk)]
+		args := make([]any, 0, 4*len(ms)+1)
+		for j, m := range ms {
+			args = append(args, p.ProducerID, m.MessageID, now, len(queues[start+j]))
+		}
+		args = append(args, dedupAfter)
+		rows, err := d.query(fmt.Sprintf(dedupUpsert, placeholders(len(ms), 4))+` RETURNING message_id`, args...)
+		if err != nil {
+			return nil, interpretError(err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				_ = rows.Close()
+				return nil, interpretError(err)
+			}
+			if i, ok := index[id]; ok {
+				accepted[i] = true
+			}
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, interpretError(err)
+		}
+	}
+	return accepted, nil
 }
 
 // envelope keeps an empty envelope a (non-NULL) empty blob.
@@ -92,43 +163,105 @@ func envelope(b []byte) []byte {
 }
 
 // appendToStory takes the next sequence number of a story, creating the
-// story (visible now, head 1) when the queue has none for key.
-func appendToStory(d *dbq, queueID, key string, now int64) (storyID, seq int64, err error) {
-	// An existing story first: an UPDATE is far cheaper than an INSERT that
-	// conflicts (the upsert takes an AUTOINCREMENT id before it finds the
-	// conflict).
-	err = d.row(`UPDATE stories SET tail_seq = tail_seq + 1 WHERE queue_id = ? AND story_key = ? RETURNING id, tail_seq`,
-		queueID, key).Scan(&storyID, &seq)
-	if !errors.Is(err, sql.ErrNoRows) {
-		return storyID, seq, interpretError(err)
+// story (visible now, head 1) when the queue has none for key. The queue's
+// index of heads knows the story and its tail; the stories row's tail_seq
+// is updated at once, or, with tails non-nil, later by flushTails (a
+// publish updates each story once for all its messages).
+func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head) (storyID, seq int64, err error) {
+	q, err := d.heads.queue(d, queueID)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s := q.byKey[key]; s != nil {
+		s.tail++
+		d.heads.changes++
+		if tails != nil {
+			tails[s.id] = s
+			return s.id, s.tail, nil
+		}
+		if _, err := d.exec(`UPDATE stories SET tail_seq = ? WHERE id = ?`, s.tail, s.id); err != nil {
+			return 0, 0, interpretError(err)
+		}
+		return s.id, s.tail, nil
 	}
 	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id, tail_seq`, queueID, key, now).Scan(&storyID, &seq)
-	return storyID, seq, interpretError(err)
+		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id`, queueID, key, now).Scan(&storyID)
+	if err != nil {
+		return 0, 0, interpretError(err)
+	}
+	q.put(&head{id: storyID, key: key, seq: 1, tail: 1, visibleAt: now})
+	d.heads.changes++
+	return storyID, 1, nil
+}
+
+// flushTails writes the tail_seq of the stories appendToStory extended.
+func flushTails(d *dbq, tails map[int64]*head) error {
+	const chunk = 400
+	args := make([]any, 0, 2*min(len(tails), chunk))
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		_, err := d.exec(`UPDATE stories SET tail_seq = c.column2 FROM (VALUES `+placeholders(n, 2)+`) AS c WHERE stories.id = c.column1`, args...)
+		args, n = args[:0], 0
+		return interpretError(err)
+	}
+	for id, s := range tails {
+		args = append(args, id, s.tail)
+		if n++; n == chunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// messageCols are the columns publish writes, messageArgs their values.
+const messageCols = `story_id, seq, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`
+
+// insertMessages inserts rows of messageCols values, many per statement.
+func insertMessages(d *dbq, args []any) error {
+	const cols, chunk = 10, 200
+	for len(args) > 0 {
+		n := min(len(args)/cols, chunk)
+		if _, err := d.exec(`INSERT INTO messages(`+messageCols+`) VALUES `+placeholders(n, cols), args[:n*cols]...); err != nil {
+			return interpretError(err)
+		}
+		args = args[n*cols:]
+	}
+	return nil
 }
 
 // advance moves a story past its head after the head left (ack or
 // dead-letter move): the smallest remaining message becomes the head, ready
 // at its enqueued_at, or the story row goes. It reports whether a head is
 // left. The single writer makes the read and the write one atomic step.
-func advance(d *dbq, storyID int64) (bool, error) {
+func advance(d *dbq, queueID string, storyID int64) (bool, error) {
 	var seq, enq int64
 	err := d.row(`SELECT seq, enqueued_at FROM messages WHERE story_id = ? ORDER BY seq LIMIT 1`, storyID).Scan(&seq, &enq)
 	if errors.Is(err, sql.ErrNoRows) {
-		_, err := d.exec(`DELETE FROM stories WHERE id = ?`, storyID)
-		return false, interpretError(err)
+		if _, err := d.exec(`DELETE FROM stories WHERE id = ?`, storyID); err != nil {
+			return false, interpretError(err)
+		}
+		d.heads.storyAdvanced(queueID, storyID, false, 0, 0)
+		return false, nil
 	}
 	if err != nil {
 		return false, interpretError(err)
 	}
-	_, err = d.exec(`UPDATE stories SET head_seq = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
-		seq, enq, storyID)
-	return err == nil, interpretError(err)
+	if _, err = d.exec(`UPDATE stories SET head_seq = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
+		seq, enq, storyID); err != nil {
+		return false, interpretError(err)
+	}
+	d.heads.storyAdvanced(queueID, storyID, true, seq, enq)
+	return true, nil
 }
 
 // deadLetter moves the head (storyID, seq) to its queue's dead letters with
 // receiveCount, then advances the story.
-func deadLetter(d *dbq, storyID, seq int64, receiveCount int, now int64) (bool, error) {
+func deadLetter(d *dbq, queueID string, storyID, seq int64, receiveCount int, now int64) (bool, error) {
 	if _, err := d.exec(`INSERT INTO dead_letters(queue_id, message_id, message_type, topic, correlation_id,
 		producer_id, receive_count, enqueued_at, dead_lettered_at, envelope)
 		SELECT queue_id, message_id, message_type, topic, correlation_id, producer_id, ?, enqueued_at, ?, envelope
@@ -138,50 +271,38 @@ func deadLetter(d *dbq, storyID, seq int64, receiveCount int, now int64) (bool, 
 	if _, err := d.exec(`DELETE FROM messages WHERE story_id = ? AND seq = ?`, storyID, seq); err != nil {
 		return false, interpretError(err)
 	}
-	return advance(d, storyID)
+	return advance(d, queueID, storyID)
 }
 
 // attemptLimit reads a queue's attempt limit; ErrNotFound when the queue
 // (its connection) does not exist.
 func attemptLimit(d *dbq, queueID string) (int, error) {
+	if d.heads != nil {
+		if n, ok := d.heads.limits[queueID]; ok {
+			return n, nil
+		}
+	}
 	var n int
 	err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, queueID).Scan(&n)
-	return n, one(err, "queue", queueID)
+	if err != nil {
+		return 0, one(err, "queue", queueID)
+	}
+	if d.heads != nil {
+		// No change to undo if the operation fails: only Tx methods change
+		// connections (and clear this), and they never read it.
+		d.heads.limits[queueID] = n
+	}
+	return n, nil
 }
 
 // deadLetterExhausted moves the heads of the queue's visible stories that
-// reached the attempt limit (receive step 2) and reports how many it moved
-// and whether a story advanced to a next head.
-func deadLetterExhausted(d *dbq, queueID string, limit int, now int64) (int, bool, error) {
-	// The partial index stories_received holds only received stories; the
-	// planner, not knowing how few, would pick stories_claim and walk every
-	// ready story of the queue. "receive_count > 0" makes the index usable.
-	rows, err := d.query(`SELECT id, head_seq, receive_count FROM stories INDEXED BY stories_received
-		WHERE receive_count > 0 AND visible_at <= ? AND queue_id = ? AND receive_count >= ?
-		ORDER BY visible_at, id`, now, queueID, limit)
-	if err != nil {
-		return 0, false, interpretError(err)
-	}
-	type head struct {
-		id, seq int64
-		count   int
-	}
-	var heads []head
-	for rows.Next() {
-		var h head
-		if err := rows.Scan(&h.id, &h.seq, &h.count); err != nil {
-			_ = rows.Close()
-			return 0, false, interpretError(err)
-		}
-		heads = append(heads, h)
-	}
-	_ = rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, false, interpretError(err)
-	}
+// reached the attempt limit (receive step 2), oldest visible_at first, and
+// reports how many it moved and whether a story advanced to a next head.
+func deadLetterExhausted(d *dbq, q *headQueue, queueID string, limit int, now int64) (int, bool, error) {
+	heads := q.exhausted(now, limit)
 	woke := false
 	for _, h := range heads {
-		adv, err := deadLetter(d, h.id, h.seq, h.count, now)
+		adv, err := deadLetter(d, queueID, h.id, h.seq, h.receiveCount, now)
 		if err != nil {
 			return 0, false, err
 		}
@@ -216,9 +337,54 @@ func readDelivery(d *dbq, del *bus.Delivery) error {
 	return interpretError(err)
 }
 
+// readDeliveries fills the message fields of deliveries of distinct
+// stories from their head rows, in one statement.
+func readDeliveries(d *dbq, dels []bus.Delivery) error {
+	if len(dels) == 1 {
+		return readDelivery(d, &dels[0])
+	}
+	byStory := make(map[int64]int, len(dels))
+	args := make([]any, 0, 2*len(dels))
+	for i := range dels {
+		byStory[dels[i].Handle.StoryID] = i
+		args = append(args, dels[i].Handle.StoryID, dels[i].Handle.Seq)
+	}
+	rows, err := d.query(`SELECT story_id, `+deliveryCols+` FROM messages WHERE (story_id, seq) IN (VALUES `+placeholders(len(dels), 2)+`)`, args...)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var story, enq int64
+		var del bus.Delivery
+		if err := rows.Scan(&story, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
+			return interpretError(err)
+		}
+		i, ok := byStory[story]
+		if !ok {
+			continue
+		}
+		del.Handle, del.ReceiveCount, del.EnqueuedAt = dels[i].Handle, dels[i].ReceiveCount, fromMS(enq)
+		dels[i] = del
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if found != len(dels) {
+		return fmt.Errorf("sqlite: %d of %d story heads have no message row", len(dels)-found, len(dels))
+	}
+	return nil
+}
+
 func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	now := ms(p.Now)
 	limit, err := attemptLimit(d, p.QueueID)
+	if err != nil {
+		return nil, err
+	}
+	q, err := d.heads.queue(d, p.QueueID)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +392,7 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 
 	// 1. Replay of a recent receive with the same attempt id.
 	if p.AttemptID != "" {
-		replayed, found, err := replay(d, p, now)
+		replayed, found, err := replay(d, q, p, now)
 		if err != nil {
 			return nil, err
 		}
@@ -234,13 +400,13 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			// The answer is final even when nothing is still in flight: a
 			// retry takes nothing new (SPEC.md, Receive step 1).
 			res.Deliveries, res.Replayed = replayed, true
-			res.NextVisibleAt, err = nextVisible(d, p.QueueID, now)
-			return res, err
+			res.NextVisibleAt = nextVisible(q, now)
+			return res, nil
 		}
 	}
 
 	// 2. Dead-letter the heads that used up their attempts.
-	moved, woke, err := deadLetterExhausted(d, p.QueueID, limit, now)
+	moved, woke, err := deadLetterExhausted(d, q, p.QueueID, limit, now)
 	if err != nil {
 		return nil, err
 	}
@@ -249,46 +415,34 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 		res.Woken = []string{p.QueueID}
 	}
 
-	// 3. Claim visible stories, oldest visible_at first.
+	// 3. Claim visible stories, oldest visible_at first: a fresh nonce
+	// each, invisible until visibleAt, one more receive.
 	if p.Max > 0 {
-		// The head message comes with its story row: one statement for all.
-		rows, err := d.query(`SELECT s.id, s.head_seq, s.receive_count, m.message_id, m.message_type,
-				m.correlation_id, m.topic, m.producer_id, m.enqueued_at, m.envelope
-			FROM stories s JOIN messages m ON m.story_id = s.id AND m.seq = s.head_seq
-			WHERE s.queue_id = ? AND s.visible_at <= ? ORDER BY s.visible_at, s.id LIMIT ?`, p.QueueID, now, p.Max)
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		for rows.Next() {
-			var del bus.Delivery
-			var enq int64
-			del.Handle.QueueID = p.QueueID
-			if err := rows.Scan(&del.Handle.StoryID, &del.Handle.Seq, &del.ReceiveCount, &del.MessageID, &del.MessageType,
-				&del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
-				_ = rows.Close()
-				return nil, interpretError(err)
-			}
-			del.EnqueuedAt = fromMS(enq)
-			res.Deliveries = append(res.Deliveries, del)
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, interpretError(err)
-		}
-		if n := len(res.Deliveries); n > 0 {
-			// Claim them all in one statement: a fresh nonce each, invisible
-			// until visibleAt, one more receive.
+		claimed := q.visible(now, p.Max)
+		if n := len(claimed); n > 0 {
+			res.Deliveries = make([]bus.Delivery, n)
+			visibleAt := ms(p.Now.Add(p.Visibility))
 			args := make([]any, 0, 1+3*n)
-			args = append(args, ms(p.Now.Add(p.Visibility)))
-			for i := range res.Deliveries {
+			args = append(args, visibleAt)
+			for i, h := range claimed {
 				del := &res.Deliveries[i]
-				del.Handle.Nonce = newNonce()
-				del.ReceiveCount++
-				args = append(args, del.Handle.StoryID, del.ReceiveCount, del.Handle.Nonce)
+				del.Handle = bus.Handle{QueueID: p.QueueID, StoryID: h.id, Seq: h.seq, Nonce: newNonce()}
+				del.ReceiveCount = h.receiveCount + 1
+				args = append(args, h.id, del.ReceiveCount, del.Handle.Nonce)
+			}
+			if err := readDeliveries(d, res.Deliveries); err != nil {
+				return nil, err
 			}
 			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
 				FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...); err != nil {
 				return nil, interpretError(err)
+			}
+			for i, h := range claimed {
+				del := &res.Deliveries[i]
+				d.heads.changes++
+				q.update(h, func(s *head) {
+					s.receiveCount, s.nonce, s.visibleAt, s.delayed = del.ReceiveCount, del.Handle.Nonce, visibleAt, false
+				})
 			}
 		}
 	}
@@ -308,14 +462,14 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	}
 
 	// 5. When the next story becomes visible.
-	res.NextVisibleAt, err = nextVisible(d, p.QueueID, now)
-	return res, err
+	res.NextVisibleAt = nextVisible(q, now)
+	return res, nil
 }
 
 // replay returns the still in-flight deliveries of a live attempt record,
 // restarting their visibility; found is false when there is no live record
 // (an expired one is deleted).
-func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found bool, err error) {
+func replay(d *dbq, q *headQueue, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found bool, err error) {
 	var created int64
 	var handles string
 	err = d.row(`SELECT created_at, handles FROM attempts WHERE queue_id = ? AND attempt_id = ?`, p.QueueID, p.AttemptID).
@@ -350,6 +504,10 @@ func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found 
 		if err != nil {
 			return nil, false, interpretError(err)
 		}
+		if s := q.stories[h[0]]; s != nil {
+			d.heads.changes++
+			q.update(s, func(s *head) { s.visibleAt = visibleAt })
+		}
 		if err := readDelivery(d, &del); err != nil {
 			return nil, false, err
 		}
@@ -359,15 +517,11 @@ func replay(d *dbq, p *bus.ReceiveParams, now int64) (out []bus.Delivery, found 
 }
 
 // nextVisible is the earliest future visible_at of the queue's stories.
-func nextVisible(d *dbq, queueID string, now int64) (time.Time, error) {
-	var v sql.NullInt64
-	if err := d.row(`SELECT min(visible_at) FROM stories WHERE queue_id = ? AND visible_at > ?`, queueID, now).Scan(&v); err != nil {
-		return time.Time{}, interpretError(err)
+func nextVisible(q *headQueue, now int64) time.Time {
+	if at := q.nextVisible(now); at != 0 {
+		return fromMS(at)
 	}
-	if !v.Valid {
-		return time.Time{}, nil
-	}
-	return fromMS(v.Int64), nil
+	return time.Time{}
 }
 
 // MessageAck acknowledges deliveries, one result per handle, in order.
@@ -412,29 +566,13 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	// with the handle's nonce.
 	type state struct{ head, nonce int64 }
 	heads := make(map[int64]state, len(ids))
-	if len(ids) > 0 {
-		// By id only: with "queue_id = ?" the planner may walk the queue's
-		// stories by the claim index. The queue is compared here.
-		rows, err := d.query(`SELECT id, queue_id, head_seq, nonce FROM stories WHERE id IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+`)`, ids...)
+	for _, id := range ids {
+		h, err := headOf(d, p.QueueID, id.(int64))
 		if err != nil {
-			return nil, interpretError(err)
+			return nil, err
 		}
-		for rows.Next() {
-			var id int64
-			var queue string
-			var st state
-			if err := rows.Scan(&id, &queue, &st.head, &st.nonce); err != nil {
-				_ = rows.Close()
-				return nil, interpretError(err)
-			}
-			if queue == p.QueueID {
-				heads[id] = st
-			}
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, interpretError(err)
+		if h != nil {
+			heads[id.(int64)] = state{head: h.seq, nonce: h.nonce}
 		}
 	}
 	var live []bus.Handle
@@ -497,22 +635,28 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, er
 	rows, err := d.query(`UPDATE stories SET (head_seq, visible_at) =
 			(SELECT seq, enqueued_at FROM messages WHERE story_id = stories.id ORDER BY seq LIMIT 1),
 			receive_count = 0, nonce = 0, delayed = 0
-		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id`, ids...)
+		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id, head_seq, visible_at`, ids...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	woken := make(map[int64]bool, n)
+	type next struct{ id, seq, visibleAt int64 }
+	var advanced []next
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var a next
+		if err := rows.Scan(&a.id, &a.seq, &a.visibleAt); err != nil {
 			_ = rows.Close()
 			return nil, interpretError(err)
 		}
-		woken[id] = true
+		woken[a.id] = true
+		advanced = append(advanced, a)
 	}
 	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
+	}
+	for _, a := range advanced {
+		d.heads.storyAdvanced(p.QueueID, a.id, true, a.seq, a.visibleAt)
 	}
 	var empty []any
 	for _, h := range live {
@@ -524,6 +668,9 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, er
 	if len(empty) > 0 {
 		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(empty)), ", ")+`)`, empty...); err != nil {
 			return nil, interpretError(err)
+		}
+		for _, id := range empty {
+			d.heads.storyAdvanced(p.QueueID, id.(int64), false, 0, 0)
 		}
 	}
 	return woken, nil
@@ -554,10 +701,10 @@ func (s *Store) settle(ctx context.Context, p *bus.SettleParams, one settleFunc)
 // settleEach settles the handles one by one, in order.
 func settleEach(d *dbq, p *bus.SettleParams, one settleFunc) ([]bus.SettleResult, error) {
 	out := make([]bus.SettleResult, len(p.Handles))
-	limit := 0
 	// A missing queue has no stories: every handle fails below.
-	if err := d.row(`SELECT attempt_limit FROM connections WHERE id = ?`, p.QueueID).Scan(&limit); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, interpretError(err)
+	limit, err := attemptLimit(d, p.QueueID)
+	if err != nil && !errors.Is(err, bus.ErrNotFound) {
+		return nil, err
 	}
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
@@ -581,20 +728,16 @@ func invalid(msg string) bus.SettleResult {
 // liveHead reads the story of h when h is its head's latest delivery:
 // ok false otherwise, with the reason.
 func liveHead(d *dbq, h bus.Handle) (receiveCount int, ok bool, why string, err error) {
-	var head, nonce int64
-	err = d.row(`SELECT head_seq, nonce, receive_count FROM stories WHERE id = ? AND queue_id = ?`, h.StoryID, h.QueueID).
-		Scan(&head, &nonce, &receiveCount)
+	st, err := headOf(d, h.QueueID, h.StoryID)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, "the message is no longer in the queue", nil
 	case err != nil:
-		return 0, false, "", interpretError(err)
-	case head != h.Seq:
+		return 0, false, "", err
+	case st == nil || st.seq != h.Seq:
 		return 0, false, "the message is no longer in the queue", nil
-	case nonce == 0 || nonce != h.Nonce:
+	case st.nonce == 0 || st.nonce != h.Nonce:
 		return 0, false, "the message was received again since this receipt handle was issued", nil
 	}
-	return receiveCount, true, "", nil
+	return st.receiveCount, true, "", nil
 }
 
 func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult, error) {
@@ -625,7 +768,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 		h.QueueID, h.StoryID, h.Seq, h.Nonce, now); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
-	woke, err := advance(d, h.StoryID)
+	woke, err := advance(d, h.QueueID, h.StoryID)
 	if err != nil {
 		return bus.SettleResult{}, err
 	}
@@ -643,16 +786,18 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 	}
 	if count >= limit {
 		// Delivered as often as allowed: to the dead letters now.
-		woke, err := deadLetter(d, h.StoryID, h.Seq, count, now)
+		woke, err := deadLetter(d, h.QueueID, h.StoryID, h.Seq, count, now)
 		if err != nil {
 			return bus.SettleResult{}, err
 		}
 		return bus.SettleResult{OK: true, Woken: woke, DeadLettered: true}, nil
 	}
 	// The nonce stays: the handle still settles until the next receive.
+	visibleAt := ms(p.Now.Add(p.Delay))
 	if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = ? WHERE id = ?`,
-		ms(p.Now.Add(p.Delay)), boolInt(p.Delay > 0), h.StoryID); err != nil {
+		visibleAt, boolInt(p.Delay > 0), h.StoryID); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
+	d.heads.storySet(h.QueueID, h.StoryID, func(s *head) { s.visibleAt, s.delayed = visibleAt, p.Delay > 0 })
 	return bus.SettleResult{OK: true, Woken: p.Delay <= 0}, nil
 }

@@ -84,15 +84,18 @@ var defaultWAL = walPolicy{every: checkpointEvery, limitBytes: walTruncateBytes}
 // may, for that one fsync's time, show a write whose caller has not been
 // answered yet and that a power loss would undo.
 type writer struct {
-	wal     walPolicy
-	conn    *sql.Conn
-	stmts   *stmtCache
-	walPath string
-	log     *slog.Logger
-	ops     chan *op
-	quit    chan struct{} // closed by Close
-	once    sync.Once
-	stopped chan struct{} // closed when the loop and the syncer have returned
+	wal   walPolicy
+	conn  *sql.Conn
+	stmts *stmtCache
+	heads *heads // the in-memory index of story heads (heads.go)
+	// bigCache: the page cache was raised to 64 MiB (maybeGrowCache).
+	bigCache bool
+	walPath  string
+	log      *slog.Logger
+	ops      chan *op
+	quit     chan struct{} // closed by Close
+	once     sync.Once
+	stopped  chan struct{} // closed when the loop and the syncer have returned
 
 	syncCommits bool            // fsync the WAL before answering a commit
 	synced      chan *committed // committed batches waiting for their fsync
@@ -120,6 +123,7 @@ func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, 
 		wal:         wal,
 		conn:        conn,
 		stmts:       newStmtCache(conn),
+		heads:       newHeads(),
 		walPath:     walPath,
 		log:         log,
 		ops:         make(chan *op, maxBatch),
@@ -130,6 +134,7 @@ func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, 
 		syncIdle:    make(chan struct{}, 1),
 		syncerDone:  make(chan struct{}),
 	}
+	w.maybeGrowCache()
 	go w.syncer()
 	go w.loop()
 	return w
@@ -185,6 +190,7 @@ func (w *writer) loop() {
 			w.group(o)
 		case <-tick.C:
 			w.maybeCheckpoint()
+			w.maybeGrowCache()
 		case <-w.quit:
 			// Finish what was submitted before Close; later submitters see
 			// quit or stopped and get errClosed.
@@ -307,7 +313,13 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 	if _, err := w.exec(ctx, "SAVEPOINT op"); err != nil {
 		return fmt.Errorf("savepoint: %w", interpretError(err))
 	}
-	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts})
+	before := w.heads.changes
+	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts, heads: w.heads})
+	if o.err != nil && w.heads.changes != before {
+		// The savepoint's rollback undoes what o wrote; the index cannot
+		// undo o's changes, so it loads again from the tables.
+		w.heads.reset()
+	}
 	if o.err == nil {
 		if _, err := w.exec(ctx, "RELEASE op"); err != nil {
 			return fmt.Errorf("release savepoint: %w", interpretError(err))
@@ -330,11 +342,13 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 func (w *writer) commit(t *txn) {
 	if err := w.failure(); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.heads.reset()
 		w.answerAll(t.live, err)
 		return
 	}
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
+		w.heads.reset()
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
@@ -475,6 +489,7 @@ func (w *writer) failure() error {
 // rest, the operations not yet run.
 func (w *writer) abandon(t *txn, culprit *op, err error, rest []*op) []*op {
 	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK") // may fail: already rolled back
+	w.heads.reset()                                             // the index held the rolled back changes
 	w.log.Warn("sqlite write transaction abandoned", slog.Int("operations", len(t.live)+1), slog.Any("error", err))
 	culprit.done <- err
 	var again []*op
@@ -528,6 +543,32 @@ func (w *writer) maybeCheckpoint() {
 		return
 	}
 	w.checkpoint("TRUNCATE")
+}
+
+// lockByteOffset: a database file longer than this holds SQLite's
+// lock-byte page, and its commits no longer walk the page cache (see the
+// cache_size pragma in store.go): the writer's cache may then grow.
+const lockByteOffset = 1 << 30
+
+// maybeGrowCache raises the write connection's page cache from 8 to 64
+// MiB once the database file is past 1 GiB (a file never shrinks), where a
+// deep backlog's B-tree pages need the room and the page-cache walk of a
+// smaller file no longer happens.
+func (w *writer) maybeGrowCache() {
+	if w.bigCache {
+		return
+	}
+	var pages, size int64
+	ctx := context.Background()
+	if err := w.conn.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		return
+	}
+	if err := w.conn.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size); err != nil || pages*size <= lockByteOffset {
+		return
+	}
+	if _, err := w.conn.ExecContext(ctx, "PRAGMA cache_size(-65536)"); err == nil {
+		w.bigCache = true
+	}
 }
 
 // checkpoint runs PRAGMA wal_checkpoint(mode) on the write connection.

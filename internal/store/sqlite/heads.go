@@ -1,0 +1,291 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"math"
+
+	"github.com/google/btree"
+)
+
+// heads is the writer's in-memory index of the delivery state of every
+// story head of the consumer queues it has loaded: which heads are ready,
+// in flight or delayed, in the order the claim scan takes them (oldest
+// visible_at first, then story id), and which were received at least once
+// (the dead-letter scan). The stories table stays the durable truth: every
+// change is written there in the same transaction, and the index is
+// loaded from it, one queue at a time, the first time the writer needs
+// the queue.
+//
+// Only the writer goroutine touches it (no lock). A change is applied
+// right after the statement that makes it, so later operations of the same
+// group commit see it. When an operation that changed the index fails (its
+// savepoint is rolled back), or a transaction is lost or fails to commit,
+// the writer drops the whole index (reset); queues load again from the
+// tables as they are after the rollback.
+//
+// The index is only valid while no other process writes the queue tables
+// of the file: the store holds a lock on a companion file for as long as
+// it is open (see lockfile.go).
+type heads struct {
+	queues map[string]*headQueue
+	// The connections table, as receive and settle read it: each queue's
+	// attempt limit. Any change of a connection clears it
+	// (connectionsChanged); it fills again from the table. (Publish routes
+	// through the store's RouteCache, checked against the workspace's
+	// routing version.)
+	limits map[string]int
+	// changes counts the changes made to the index, so that the writer can
+	// tell whether a failed operation touched it.
+	changes uint64
+}
+
+// head is one story's delivery state: the stories row's columns.
+type head struct {
+	id           int64  // the story id
+	key          string // the story key (correlation id)
+	seq          int64  // the head's sequence number
+	tail         int64  // the last sequence number taken
+	visibleAt    int64  // ms
+	nonce        int64  // 0 until the head is received
+	receiveCount int
+	delayed      bool // released with a delay
+}
+
+// headLess orders heads as the claim scan does: visible_at, then id.
+func headLess(a, b *head) bool {
+	if a.visibleAt != b.visibleAt {
+		return a.visibleAt < b.visibleAt
+	}
+	return a.id < b.id
+}
+
+// headQueue is the index of one queue.
+type headQueue struct {
+	stories map[int64]*head
+	byKey   map[string]*head
+	byVis   *btree.BTreeG[*head] // every story
+	recv    *btree.BTreeG[*head] // stories whose head was received (receiveCount > 0)
+}
+
+func newHeads() *heads {
+	return &heads{queues: make(map[string]*headQueue), limits: make(map[string]int)}
+}
+
+func newHeadQueue() *headQueue {
+	return &headQueue{
+		stories: make(map[int64]*head),
+		byKey:   make(map[string]*head),
+		byVis:   btree.NewG(16, headLess),
+		recv:    btree.NewG(16, headLess),
+	}
+}
+
+// reset drops every queue: they load again from the tables when needed.
+func (h *heads) reset() {
+	if h == nil {
+		return
+	}
+	clear(h.queues)
+	clear(h.limits)
+	h.changes++
+}
+
+// connectionsChanged forgets what was read of the connections table.
+func (h *heads) connectionsChanged() {
+	if h == nil {
+		return
+	}
+	clear(h.limits)
+	h.changes++
+}
+
+// drop forgets one queue (deleted, or its stories were deleted): it loads
+// again from the tables when needed.
+func (h *heads) drop(queueID string) {
+	if h == nil {
+		return
+	}
+	delete(h.queues, queueID)
+	h.changes++
+}
+
+// loaded returns the index of a queue if it is loaded, else nil: a change
+// to a queue that is not loaded needs no bookkeeping, since the queue loads
+// from the tables (which hold the change) when next needed.
+func (h *heads) loaded(queueID string) *headQueue {
+	if h == nil {
+		return nil
+	}
+	return h.queues[queueID]
+}
+
+// queue returns the index of a queue, loading it from the tables of d's
+// transaction if need be. The queue must exist (the caller checked).
+func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
+	if q := h.queues[queueID]; q != nil {
+		return q, nil
+	}
+	rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	q := newHeadQueue()
+	for rows.Next() {
+		s := &head{}
+		var delayed int
+		if err := rows.Scan(&s.id, &s.key, &s.seq, &s.tail, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
+			return nil, interpretError(err)
+		}
+		s.delayed = delayed != 0
+		q.put(s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	// A load is no change: every caller loads a queue before it writes to
+	// the queue's stories, so what it read stays true if the operation
+	// fails and its savepoint is rolled back.
+	h.queues[queueID] = q
+	return q, nil
+}
+
+// put adds a story.
+func (q *headQueue) put(s *head) {
+	q.stories[s.id] = s
+	q.byKey[s.key] = s
+	q.byVis.ReplaceOrInsert(s)
+	if s.receiveCount > 0 {
+		q.recv.ReplaceOrInsert(s)
+	}
+}
+
+// remove forgets a story.
+func (q *headQueue) remove(id int64) {
+	s := q.stories[id]
+	if s == nil {
+		return
+	}
+	delete(q.stories, id)
+	delete(q.byKey, s.key)
+	q.byVis.Delete(s)
+	q.recv.Delete(s)
+}
+
+// update changes a story's state through fn, keeping the trees in order.
+func (q *headQueue) update(s *head, fn func(s *head)) {
+	q.byVis.Delete(s)
+	q.recv.Delete(s)
+	fn(s)
+	q.put(s)
+}
+
+// nextVisible is the earliest visible_at after now, 0 if none.
+func (q *headQueue) nextVisible(now int64) int64 {
+	var at int64
+	q.byVis.AscendGreaterOrEqual(&head{visibleAt: now + 1, id: math.MinInt64}, func(s *head) bool {
+		at = s.visibleAt
+		return false
+	})
+	return at
+}
+
+// visible returns up to n stories visible at now, in claim order.
+func (q *headQueue) visible(now int64, n int) []*head {
+	var out []*head
+	q.byVis.Ascend(func(s *head) bool {
+		if s.visibleAt > now || len(out) >= n {
+			return false
+		}
+		out = append(out, s)
+		return true
+	})
+	return out
+}
+
+// exhausted returns the received stories visible at now whose head was
+// received limit times or more, in claim order.
+func (q *headQueue) exhausted(now int64, limit int) []*head {
+	var out []*head
+	q.recv.Ascend(func(s *head) bool {
+		if s.visibleAt > now {
+			return false
+		}
+		if s.receiveCount >= limit {
+			out = append(out, s)
+		}
+		return true
+	})
+	return out
+}
+
+// --- changes, each applied right after the statement that makes it
+
+// storyAdvanced records a story's next head (ready at visibleAt, never
+// received), or with ok false that the story went.
+func (h *heads) storyAdvanced(queueID string, id int64, ok bool, seq, visibleAt int64) {
+	q := h.loaded(queueID)
+	if q == nil {
+		return
+	}
+	h.changes++
+	if !ok {
+		q.remove(id)
+		return
+	}
+	s := q.stories[id]
+	if s == nil {
+		h.drop(queueID) // cannot be: load the queue again
+		return
+	}
+	q.update(s, func(s *head) {
+		s.seq, s.visibleAt, s.receiveCount, s.nonce, s.delayed = seq, visibleAt, 0, 0, false
+	})
+}
+
+// storySet changes a loaded story's state through fn.
+func (h *heads) storySet(queueID string, id int64, fn func(s *head)) {
+	q := h.loaded(queueID)
+	if q == nil {
+		return
+	}
+	s := q.stories[id]
+	if s == nil {
+		return
+	}
+	h.changes++
+	q.update(s, fn)
+}
+
+// headOf returns the state of a story of a queue, loading the queue if
+// need be: nil when the story does not exist (or the queue does not).
+func headOf(d *dbq, queueID string, id int64) (*head, error) {
+	if d.heads == nil {
+		// Not on the writer (never the case for the callers): the table.
+		s := &head{id: id}
+		var delayed int
+		err := d.row(`SELECT head_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE id = ? AND queue_id = ?`, id, queueID).
+			Scan(&s.seq, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		s.delayed = delayed != 0
+		return s, interpretError(err)
+	}
+	if d.heads.loaded(queueID) == nil {
+		var one int
+		err := d.row(`SELECT 1 FROM connections WHERE id = ?`, queueID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, interpretError(err)
+		}
+	}
+	q, err := d.heads.queue(d, queueID)
+	if err != nil {
+		return nil, err
+	}
+	return q.stories[id], nil
+}

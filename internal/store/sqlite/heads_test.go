@@ -1,0 +1,354 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// checkHeads compares the writer's index of every loaded queue with the
+// stories table, on the writer.
+func checkHeads(t *testing.T, s *Store) {
+	t.Helper()
+	err := s.w.do(context.Background(), func(d *dbq) error {
+		for queueID, q := range d.heads.queues {
+			rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+			if err != nil {
+				return err
+			}
+			want := map[int64]head{}
+			for rows.Next() {
+				var h head
+				var delayed int
+				if err := rows.Scan(&h.id, &h.key, &h.seq, &h.tail, &h.visibleAt, &h.receiveCount, &h.nonce, &delayed); err != nil {
+					_ = rows.Close()
+					return err
+				}
+				h.delayed = delayed != 0
+				want[h.id] = h
+			}
+			_ = rows.Close()
+			if len(want) != len(q.stories) || len(want) != q.byVis.Len() || len(want) != len(q.byKey) {
+				return fmt.Errorf("queue %s: %d stories in the table, %d in the index (%d in its tree)", queueID, len(want), len(q.stories), q.byVis.Len())
+			}
+			recv := 0
+			for id, w := range want {
+				got := q.stories[id]
+				if got == nil || *got != w {
+					return fmt.Errorf("queue %s story %d: index %+v, table %+v", queueID, id, got, w)
+				}
+				if w.receiveCount > 0 {
+					recv++
+				}
+			}
+			if recv != q.recv.Len() {
+				return fmt.Errorf("queue %s: %d received stories, %d in the index", queueID, recv, q.recv.Len())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func handles(ds []bus.Delivery) []bus.Handle {
+	hs := make([]bus.Handle, len(ds))
+	for i, d := range ds {
+		hs[i] = d.Handle
+	}
+	return hs
+}
+
+// TestHeadsFollowTheTables runs every kind of change to a queue and checks
+// after each that the writer's index matches the stories table, including
+// after an operation that fails and after a lost transaction.
+func TestHeadsFollowTheTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 2)
+	pub := func(at time.Time, ids ...string) {
+		t.Helper()
+		var ms []bus.PublishMessage
+		for i, id := range ids {
+			ms = append(ms, msg(id, fmt.Sprint("s", i%3)))
+		}
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+		checkHeads(t, s)
+	}
+	recv := func(at time.Time, n int) []bus.Delivery {
+		t.Helper()
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: n, Visibility: time.Minute, Now: at, AttemptID: "att-" + at.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHeads(t, s)
+		return r.Deliveries
+	}
+	pub(t0, "a", "b", "c", "d", "e", "f", "g")
+	ds := recv(t0.Add(time.Second), 3)
+	if len(ds) != 3 {
+		t.Fatalf("received %d, want 3", len(ds))
+	}
+	if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(ds[:2]), Now: t0.Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	if _, err := s.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: handles(ds[2:]), Delay: 5 * time.Second, Now: t0.Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	// Receive twice without settling: the attempt limit (2) is used up,
+	// and the next receive dead-letters.
+	recv(t0.Add(10*time.Second), 10)
+	recv(t0.Add(80*time.Second), 10)
+	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: t0.Add(200 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.DeadLettered == 0 {
+		t.Fatal("nothing dead-lettered")
+	}
+	checkHeads(t, s)
+	if _, err := s.Maintain(ctx, &bus.MaintainParams{Now: t0.Add(400 * time.Second), Retention: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	if _, err := s.DeadLetterRedrive(ctx, &bus.RedriveParams{QueueID: q, Now: t0.Add(401 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+
+	// An operation that changes the index and then fails: its savepoint
+	// is rolled back, and the index must not keep its changes.
+	boom := errors.New("boom")
+	err = s.w.do(ctx, func(d *dbq) error {
+		if _, err := receive(d, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: t0.Add(500 * time.Second)}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	checkHeads(t, s)
+	before := recv(t0.Add(501*time.Second), 10)
+	if len(before) == 0 {
+		t.Fatal("the failed receive kept its claims")
+	}
+
+	// Retention drops everything; purge and connection delete drop the queue.
+	pub(t0.Add(600*time.Second), "h", "i")
+	if _, err := s.Maintain(ctx, &bus.MaintainParams{Now: t0.Add(48 * time.Hour), Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	pub(t0.Add(48*time.Hour), "j", "k")
+	if _, err := s.QueuePurge(ctx, &bus.PurgeParams{QueueID: q, Audit: bus.AuditEntry{ID: bus.NewID(bus.PrefixAudit), WorkspaceID: ws, At: t0, Actor: "u-test", Action: "queue.purge", Target: q, Details: map[string]any{}}}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	pub(t0.Add(49*time.Hour), "l")
+	if err := s.Update(ctx, func(tx bus.Tx) error { return tx.ConnectionDelete(q) }); err != nil {
+		t.Fatal(err)
+	}
+	checkHeads(t, s)
+	if _, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 1, Visibility: time.Minute, Now: t0.Add(50 * time.Hour)}); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("receive of a deleted queue: %v, want not found", err)
+	}
+}
+
+// TestMigrationToLeanHeads opens a database of schema 4 (the one before
+// the in-memory index of heads) holding ready, in-flight, delayed,
+// acknowledged and dead-lettered messages, migrates it, and finds every
+// message in its order and state.
+func TestMigrationToLeanHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := openUpTo(ctx, path, testLogger(t), defaultWAL, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := old.read(ctx, func(d *dbq) error { return d.row(`SELECT max(version) FROM schema_migrations`).Scan(&v) }); err != nil || v != 4 {
+		t.Fatalf("old schema version %d (%v), want 4", v, err)
+	}
+	ws, prod, q := setupQueue(t, old, 2)
+	var ms []bus.PublishMessage
+	for i := range 12 {
+		ms = append(ms, msg(fmt.Sprint("m", i), fmt.Sprint("s", i%4)))
+	}
+	if _, err := old.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	r, err := old.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 4, Visibility: time.Hour, Now: at(time.Second)})
+	if err != nil || len(r.Deliveries) != 4 {
+		t.Fatalf("receive: %v, %d", err, len(r.Deliveries))
+	}
+	ds := r.Deliveries // m0 m1 m2 m3, heads of s0..s3
+	acked, inFlight, delayed := ds[0].Handle, ds[1].Handle, ds[2].Handle
+	if _, err := old.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{acked}, Now: at(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{delayed}, Delay: 10 * time.Minute, Now: at(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// s3's head (m3): received twice (limit 2), then dead-lettered.
+	if _, err := old.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{ds[3].Handle}, Now: at(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	wantStats := func(s *Store, now time.Time) bus.QueueStats {
+		st, err := s.QueueStats(ctx, q, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	statsBefore := wantStats(old, at(3*time.Second))
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.read(ctx, func(d *dbq) error { return d.row(`SELECT max(version) FROM schema_migrations`).Scan(&v) }); err != nil || v != latestVersion() {
+		t.Fatalf("schema version %d (%v), want %d", v, err, latestVersion())
+	}
+	if st := wantStats(s, at(3*time.Second)); st != statsBefore {
+		t.Fatalf("counts after the migration %+v, before %+v", st, statsBefore)
+	}
+	// The acknowledged delivery re-acks; the in-flight one still acks.
+	res, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{acked, inFlight}, Now: at(4 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].OK || !res[1].OK {
+		t.Fatalf("acks after the migration: %+v", res)
+	}
+	// Ready now, in claim order: s3's m3 again (visible since its nack),
+	// then the heads that became ready by the acks: s0's m4 and s1's m5
+	// (enqueued at t0, as m3's story was ready at t0+2s: m4, m5 first).
+	r, err = s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: at(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range r.Deliveries {
+		got = append(got, d.MessageID+"/"+fmt.Sprint(d.ReceiveCount))
+	}
+	if want := []string{"m4/1", "m5/1", "m3/2"}; !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	// m3, received twice, goes to the dead letters at the next receive and
+	// s3's next head m7 is ready since its enqueue (t0); the delayed head
+	// (s2's m2) comes back after its delay, then m4 and m5 after their
+	// visibility timeout.
+	r, err = s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: at(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.DeadLettered != 1 {
+		t.Fatalf("dead-lettered %d, want 1 (m3)", r.DeadLettered)
+	}
+	got = got[:0]
+	for _, d := range r.Deliveries {
+		got = append(got, d.MessageID+"/"+fmt.Sprint(d.ReceiveCount))
+	}
+	if want := []string{"m7/1", "m2/2", "m4/2", "m5/2"}; !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	dl, err := s.DeadLetterList(ctx, q, 10, 0)
+	if err != nil || len(dl) != 1 || dl[0].MessageID != "m3" {
+		t.Fatalf("dead letters %+v (%v), want m3", dl, err)
+	}
+	checkHeads(t, s)
+}
+
+// TestSecondProcessRefused: while a store is open, a second open of the
+// same file (as a second process would) fails, naming the lock; after
+// Close it succeeds.
+func TestSecondProcessRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "one.db")
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, path, testLogger(t))
+	if err == nil || !errors.Is(err, bus.ErrUnavailable) || !strings.Contains(err.Error(), "another sombus process") {
+		t.Fatalf("second open: %v, want a refusal naming the other process", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	_ = s.Close()
+}
+
+// TestPublishBatchDedup: a call of distinct ids (the one-statement dedup)
+// that holds a live duplicate, an expired record and new ids accepts the
+// right ones, in order.
+func TestPublishBatchDedup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	publish := func(at time.Time, ms ...bus.PublishMessage) []bus.PublishOutcome {
+		t.Helper()
+		out, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: at, DedupWindow: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	publish(t0, msg("old", "s"))
+	publish(t0.Add(90*time.Minute), msg("live", "s"))
+	out := publish(t0.Add(2*time.Hour), msg("n1", "s"), msg("live", "s"), msg("old", "t"), msg("n2", "s"))
+	var got []string
+	for _, o := range out {
+		got = append(got, fmt.Sprint(o.Duplicate, "/", o.Deliveries))
+	}
+	if want := []string{"false/1", "true/1", "false/1", "false/1"}; !slices.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	var ids []string
+	for {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: t0.Add(3 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Deliveries) == 0 {
+			break
+		}
+		for _, d := range r.Deliveries {
+			ids = append(ids, d.MessageID)
+		}
+		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0.Add(3 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Story s: old, live, n1, n2 in order; story t: old again.
+	if want := []string{"old", "old", "live", "n1", "n2"}; !slices.Equal(ids, want) {
+		t.Fatalf("received %v, want %v", ids, want)
+	}
+	checkHeads(t, s)
+}
