@@ -1,0 +1,352 @@
+package bench
+
+// sombus on PostgreSQL next to a plain PostgreSQL queue table on the same
+// database, phase by phase, so that every run gives the ratio of the two:
+//
+//	go test -run '^$' -bench PostgresPhases -benchtime 5000x ./internal/bench/
+//
+// Phases (1 KiB payloads over 1,000 stories):
+//
+//   - single: b.N messages published one per request by 8 publishers;
+//   - batch: b.N messages published 100 per request by 8 publishers;
+//   - drain: b.N messages published beforehand (untimed), then taken by 8
+//     receivers, up to 10 at a time, each batch acknowledged before the
+//     next receive.
+//
+// Systems:
+//
+//   - plain: a table (id bigserial, story, visible_at, payload) used the
+//     usual way, by direct SQL from the same process: an INSERT per message
+//     (or one INSERT of 100 rows), a receive that claims up to 10 rows with
+//     FOR UPDATE SKIP LOCKED and moves their visibility (an UPDATE), and an
+//     ack that deletes them by id. Each statement is a transaction of its
+//     own that waits for its WAL flush, as sombus's do.
+//   - plain-delete (drain only): the receive deletes the rows it takes
+//     (DELETE … RETURNING of the SKIP LOCKED rows), no ack: at-most-once,
+//     the cheapest drain a table allows.
+//   - sombus/nodes=1 and sombus/nodes=2: in-process nodes over HTTP, the
+//     workers spread over the nodes (as BenchmarkMessagePath).
+//
+// msgs/s is b.N over the timed phase.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sombus/sombus/internal/server/servertest"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+const (
+	phPublishers = 8   // concurrent publishers
+	phReceivers  = 8   // concurrent receivers
+	phBatch      = 100 // messages per batch publish
+	phTake       = 10  // messages per receive
+)
+
+// phPayload is the 1 KiB payload of every message.
+var phPayload = []byte(strings.Repeat("x", mpPayload))
+
+func BenchmarkPostgresPhases(b *testing.B) {
+	for _, phase := range []string{"single", "batch", "drain"} {
+		b.Run("phase="+phase, func(b *testing.B) {
+			b.Run("system=plain", func(b *testing.B) { plainPhase(b, phase, false) })
+			if phase == "drain" {
+				b.Run("system=plain-delete", func(b *testing.B) { plainPhase(b, phase, true) })
+			}
+			for _, n := range []int{1, 2} {
+				b.Run(fmt.Sprintf("system=sombus/nodes=%d", n), func(b *testing.B) {
+					nodes, p := mpNodes(b, pgtest.URL(b), n)
+					sombusPhase(b, phase, nodes, p)
+				})
+			}
+		})
+	}
+}
+
+// phWork runs workers goroutines that call fn(ctx, w) until it returns
+// false or an error (the first error stops every worker and is returned)
+// or phStop(ctx) is called (the calls still running are cut short and
+// their errors ignored).
+func phWork(workers int, fn func(ctx context.Context, w int) (bool, error)) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx = context.WithValue(ctx, phStopKey{}, cancel)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				more, err := fn(ctx, w)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+				if !more {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+type phStopKey struct{}
+
+// phStop ends the phWork whose context ctx is: the work is done.
+func phStop(ctx context.Context) { ctx.Value(phStopKey{}).(context.CancelFunc)() }
+
+// phReport reports msgs/s of the timed phase.
+func phReport(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op") // ns/op of a whole phase says nothing more
+}
+
+// --- plain table ------------------------------------------------------
+
+func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 20 // a node's default pool
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE plain_queue (
+			id         bigserial PRIMARY KEY,
+			story      text NOT NULL,
+			visible_at bigint NOT NULL,
+			payload    bytea NOT NULL
+		)`); err != nil {
+		b.Fatal(err)
+	}
+	total := int64(b.N)
+	var next atomic.Int64
+	insertBatches := func() error {
+		return phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
+			end := next.Add(phBatch)
+			start := end - phBatch
+			if start >= total {
+				return false, nil
+			}
+			var stories []string
+			var payloads [][]byte
+			for i := start; i < min(end, total); i++ {
+				stories = append(stories, fmt.Sprintf("story-%d", i%mpStories))
+				payloads = append(payloads, phPayload)
+			}
+			_, err := pool.Exec(ctx, `INSERT INTO plain_queue (story, visible_at, payload)
+				SELECT s, 0, p FROM unnest($1::text[], $2::bytea[]) AS t(s, p)`, stories, payloads)
+			return true, err
+		})
+	}
+	switch phase {
+	case "single":
+		b.ResetTimer()
+		err = phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
+			i := next.Add(1) - 1
+			if i >= total {
+				return false, nil
+			}
+			_, err := pool.Exec(ctx, `INSERT INTO plain_queue (story, visible_at, payload) VALUES ($1, 0, $2)`,
+				fmt.Sprintf("story-%d", i%mpStories), phPayload)
+			return true, err
+		})
+	case "batch":
+		b.ResetTimer()
+		err = insertBatches()
+	case "drain":
+		b.StopTimer()
+		if err := insertBatches(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE plain_queue`); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		b.ResetTimer()
+		var acked atomic.Int64
+		err = phWork(phReceivers, func(ctx context.Context, _ int) (bool, error) {
+			if acked.Load() >= total {
+				return false, nil
+			}
+			now := time.Now().UnixMilli()
+			var ids []int64
+			if deleteOnReceive {
+				rows, err := pool.Query(ctx, `WITH picked AS (
+						SELECT id FROM plain_queue ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+					)
+					DELETE FROM plain_queue q USING picked WHERE q.id = picked.id
+					RETURNING q.id, q.story, q.payload`, phTake)
+				if err != nil {
+					return false, err
+				}
+				ids, err = scanPlain(rows)
+				if err != nil {
+					return false, err
+				}
+			} else {
+				rows, err := pool.Query(ctx, `WITH picked AS (
+						SELECT id FROM plain_queue WHERE visible_at <= $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+					)
+					UPDATE plain_queue q SET visible_at = $3 FROM picked WHERE q.id = picked.id
+					RETURNING q.id, q.story, q.payload`, now, phTake, now+30_000)
+				if err != nil {
+					return false, err
+				}
+				if ids, err = scanPlain(rows); err != nil {
+					return false, err
+				}
+				if len(ids) > 0 {
+					if _, err := pool.Exec(ctx, `DELETE FROM plain_queue WHERE id = ANY($1)`, ids); err != nil {
+						return false, err
+					}
+				}
+			}
+			if len(ids) == 0 {
+				time.Sleep(time.Millisecond) // the others hold the rest
+			}
+			if acked.Add(int64(len(ids))) >= total {
+				phStop(ctx)
+			}
+			return true, nil
+		})
+	}
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	phReport(b)
+}
+
+// scanPlain reads the rows a plain receive took and returns their ids.
+func scanPlain(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close()
+}) ([]int64, error) {
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		var story string
+		var payload []byte
+		if err := rows.Scan(&id, &story, &payload); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// --- sombus -----------------------------------------------------------
+
+func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *servertest.Pair) {
+	total := int64(b.N)
+	var next, msgID atomic.Int64
+	env := func(i int64) map[string]any {
+		return servertest.Envelope(fmt.Sprintf("ph-%d", msgID.Add(1)), fmt.Sprintf("story-%d", i%mpStories),
+			map[string]any{"data": mpData})
+	}
+	batchPath := "/v1/tenants/" + p.WS + "/messages/batch"
+	publishBatches := func() error {
+		return phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
+			end := next.Add(phBatch)
+			start := end - phBatch
+			if start >= total {
+				return false, nil
+			}
+			envs := make([]any, 0, phBatch)
+			for i := start; i < min(end, total); i++ {
+				envs = append(envs, env(i))
+			}
+			r, err := nodes[w%len(nodes)].Try(ctx, "POST", batchPath, p.ProducerTok, map[string]any{"messages": envs})
+			if err == nil && (r.Status != 200 || strings.Contains(string(r.Body), `"accepted":false`)) {
+				err = fmt.Errorf("publish batch: %d %.300s", r.Status, r.Body)
+			}
+			return true, err
+		})
+	}
+	var err error
+	switch phase {
+	case "single":
+		b.ResetTimer()
+		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
+			i := next.Add(1) - 1
+			if i >= total {
+				return false, nil
+			}
+			r, err := nodes[w%len(nodes)].Try(ctx, "POST", p.PublishPath(), p.ProducerTok, env(i))
+			if err == nil && r.Status != 202 && r.Status != 200 {
+				err = fmt.Errorf("publish: %d %.300s", r.Status, r.Body)
+			}
+			return true, err
+		})
+	case "batch":
+		b.ResetTimer()
+		err = publishBatches()
+	case "drain":
+		b.StopTimer()
+		if err := publishBatches(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		b.ResetTimer()
+		var acked atomic.Int64
+		query := fmt.Sprintf("%s?max=%d&wait=1", p.MessagesPath(), phTake)
+		err = phWork(phReceivers, func(ctx context.Context, w int) (bool, error) {
+			if acked.Load() >= total {
+				return false, nil
+			}
+			n := nodes[w%len(nodes)]
+			r, err := n.Try(ctx, "GET", query, p.ConsumTok, nil)
+			if err != nil {
+				return false, err
+			}
+			var out struct {
+				Messages []servertest.Message `json:"messages"`
+			}
+			if r.Status != 200 || json.Unmarshal(r.Body, &out) != nil {
+				return false, fmt.Errorf("receive: %d %.300s", r.Status, r.Body)
+			}
+			if len(out.Messages) == 0 {
+				return true, nil
+			}
+			hs := make([]string, len(out.Messages))
+			for i, m := range out.Messages {
+				hs[i] = m.ReceiptHandle
+			}
+			a, err := n.Try(ctx, "POST", p.SettlePath("ack"), p.ConsumTok, map[string]any{"receipt_handles": hs})
+			if err == nil && (a.Status != 200 || strings.Contains(string(a.Body), "ReceiptHandleIsInvalid")) {
+				err = fmt.Errorf("ack: %d %.300s", a.Status, a.Body)
+			}
+			if err == nil && acked.Add(int64(len(hs))) >= total {
+				phStop(ctx) // the receivers still waiting are cut short
+			}
+			return true, err
+		})
+	}
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	phReport(b)
+}
