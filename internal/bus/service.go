@@ -26,6 +26,8 @@ type Credentials interface {
 // HandleCodec turns handles into unforgeable receipt handles and back.
 type HandleCodec interface {
 	Encode(h Handle) string
+	// AppendEncode appends the text Encode returns to dst.
+	AppendEncode(dst []byte, h Handle) []byte
 	Decode(s string) (Handle, error)
 }
 
