@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -92,7 +91,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	if !res[0].Accepted {
 		return &bus.Error{Status: http.StatusBadRequest, Violations: res[0].Violations}
 	}
-	writeJSON(w, http.StatusAccepted, res[0])
+	b := getBuffer(128)
+	*b = append(appendPublishResult(*b, &res[0]), '\n')
+	_ = writeBody(w, http.StatusAccepted, b) // a client gone: nothing to do
 	return nil
 }
 
@@ -125,7 +126,9 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": res})
+	b := getBuffer(64 + 128*len(res))
+	*b = appendPublishResults(*b, res)
+	_ = writeBody(w, http.StatusOK, b)
 	return nil
 }
 
@@ -213,11 +216,10 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := s.encodeMessages(ds)
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, werr := w.Write(body)
+	b := getBuffer(messagesSize(ds))
+	*b = s.appendMessages(*b, ds)
+	werr := writeBody(w, http.StatusOK, b)
 	if werr == nil {
 		werr = http.NewResponseController(w).Flush()
 	}
@@ -228,43 +230,6 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
-
-// wireMessage is a received message without its envelope, which is spliced
-// in as the accepted bytes.
-type wireMessage struct {
-	ReceiptHandle string `json:"receipt_handle"`
-	MessageType   string `json:"message_type"`
-	CorrelationID string `json:"correlation_id"`
-	Topic         string `json:"topic"`
-	ProducerID    string `json:"producer_id"`
-	ReceiveCount  int    `json:"receive_count"`
-	EnqueuedAt    string `json:"enqueued_at"`
-}
-
-// encodeMessages writes {"messages":[…]} with each envelope exactly as it
-// was accepted (encoding/json would re-format it).
-func (s *Server) encodeMessages(ds []bus.Delivery) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"messages":[`)
-	for i, d := range ds {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		m, _ := json.Marshal(wireMessage{
-			ReceiptHandle: s.svc.EncodeHandle(d.Handle), MessageType: d.MessageType, CorrelationID: d.CorrelationID,
-			Topic: d.Topic, ProducerID: d.ProducerID, ReceiveCount: d.ReceiveCount, EnqueuedAt: formatTime(d.EnqueuedAt),
-		})
-		b.Write(m[:len(m)-1]) // drop the closing brace
-		b.WriteString(`,"envelope":`)
-		b.Write(d.Envelope)
-		b.WriteByte('}')
-	}
-	b.WriteString("]}\n")
-	return b.Bytes()
-}
-
-// formatTime is RFC 3339 UTC with milliseconds.
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
 // settleRequest is the body of ack and nack.
 type settleRequest struct {
@@ -318,20 +283,13 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, nack bool) error
 	if err != nil {
 		return err
 	}
-	ok := []string{}
-	failed := []bus.HandleResult{}
-	for _, h := range res {
-		if h.OK {
-			ok = append(ok, h.ReceiptHandle)
-		} else {
-			failed = append(failed, h)
-		}
-	}
 	key := "acked"
 	if nack {
 		key = "nacked"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{key: ok, "failed": failed})
+	b := getBuffer(64 + 160*len(res))
+	*b = appendSettled(*b, key, res)
+	_ = writeBody(w, http.StatusOK, b)
 	return nil
 }
 
