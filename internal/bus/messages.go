@@ -209,8 +209,8 @@ type HandleResult struct {
 // errors are answered as Receive answers them.
 func (s *Service) Settle(ctx context.Context, queueID string, receipts []string, nack bool, delay time.Duration) ([]HandleResult, error) {
 	out := make([]HandleResult, len(receipts))
-	var hs []Handle
-	var idx []int
+	hs := make([]Handle, 0, len(receipts))
+	idx := make([]int, 0, len(receipts))
 	for i, rh := range receipts {
 		out[i].ReceiptHandle = rh
 		h, err := s.cfg.Handles.Decode(rh)

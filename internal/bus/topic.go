@@ -35,7 +35,7 @@ func ValidMessageType(s string) bool {
 	if s == "" || len(s) > MaxMessageTypeLength {
 		return false
 	}
-	for _, seg := range strings.Split(s, ".") {
+	for seg := range strings.SplitSeq(s, ".") {
 		if !validSegment(seg) {
 			return false
 		}

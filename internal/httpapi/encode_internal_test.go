@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -131,4 +132,29 @@ func TestReceiveAnswerIsEncodingJSON(t *testing.T) {
 			t.Errorf("receive answer:\n got %s\nwant %s", got, want.Bytes())
 		}
 	}
+}
+
+// plainHandles reads only bodies that decodeStrict reads the same way.
+func FuzzPlainHandles(f *testing.F) {
+	for _, s := range []string{
+		`{"receipt_handles":["a","b"]}`, ` { "receipt_handles" : [ "a" , "b" ] } `, `{"receipt_handles":[]}`,
+		`{"receipt_handles":["a\"b"]}`, `{"receipt_handles":["a"],"delay_seconds":1}`, `{"Receipt_handles":["a"]}`,
+		`{"receipt_handles":["a","a"]}`, `{"receipt_handles":["1","2","3","4","5","6","7","8","9","10","11"]}`,
+		`{"receipt_handles":["a"]} x`, `{"receipt_handles":["\xff"]}`, `{"receipt_handles":["a",]}`, `{"receipt_handles":[1]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		hs, ok := plainHandles(body)
+		if !ok {
+			return
+		}
+		var req settleRequest
+		if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
+			t.Fatalf("plainHandles read %q, decodeStrict refuses it: %v", body, err)
+		}
+		if req.DelaySeconds != nil || !slices.Equal(req.ReceiptHandles, hs) {
+			t.Fatalf("plainHandles read %q as %q, decodeStrict as %+v", body, hs, req)
+		}
+	})
 }

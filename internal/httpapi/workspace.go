@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 // bearer returns the bearer token of a request ("" when there is none).
@@ -231,6 +234,60 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// plainHandles reads the usual ack or nack body, {"receipt_handles":[…]}
+// with 1 to 10 strings without escapes and nothing else, without a
+// decoder: the handles are pieces of one copy of the body. Any other body
+// (ok false) is left to decodeStrict, whose answer (handles or refusal) is
+// the same for the bodies read here.
+func plainHandles(body []byte) (hs []string, ok bool) {
+	if strictjson.Check(body) != nil {
+		return nil, false
+	}
+	var spans [10][2]int
+	n := 0
+	i := 0
+	ws := func() {
+		for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+			i++
+		}
+	}
+	lit := func(s string) bool {
+		ws()
+		if !bytes.HasPrefix(body[i:], []byte(s)) {
+			return false
+		}
+		i += len(s)
+		return true
+	}
+	if !lit("{") || !lit(`"receipt_handles"`) || !lit(":") || !lit("[") {
+		return nil, false
+	}
+	for !lit("]") {
+		if n == len(spans) || n > 0 && !lit(",") || !lit(`"`) {
+			return nil, false
+		}
+		end := bytes.IndexByte(body[i:], '"')
+		if end < 0 || bytes.IndexByte(body[i:i+end], '\\') >= 0 {
+			return nil, false
+		}
+		spans[n] = [2]int{i, i + end}
+		n++
+		i += end + 1
+	}
+	if n == 0 || !lit("}") {
+		return nil, false
+	}
+	if ws(); i != len(body) {
+		return nil, false
+	}
+	text := string(body) // one copy for every handle
+	hs = make([]string, n)
+	for k := range n {
+		hs[k] = text[spans[k][0]:spans[k][1]]
+	}
+	return hs, true
+}
+
 // settleRequest is the body of ack and nack.
 type settleRequest struct {
 	ReceiptHandles []string `json:"receipt_handles"`
@@ -243,7 +300,9 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
+	if hs, ok := plainHandles(body); ok {
+		req.ReceiptHandles = hs
+	} else if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
 		return req, err
 	}
 	if req.DelaySeconds != nil && !nack {
@@ -253,12 +312,10 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 	if n < 1 || n > 10 {
 		return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles must hold 1 to 10 receipt handles (got %d).", n)
 	}
-	seen := make(map[string]bool, n)
 	for i, h := range req.ReceiptHandles {
-		if seen[h] {
+		if slices.Contains(req.ReceiptHandles[:i], h) { // n is at most 10
 			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] repeats an earlier handle; handles must be distinct.", i)
 		}
-		seen[h] = true
 	}
 	if req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > 43200) {
 		return req, bus.Errorf(bus.RulePullBadRequest, "delay_seconds must be an integer between 0 and 43200 (got %d).", *req.DelaySeconds)

@@ -15,22 +15,32 @@ import (
 // it on every answer of a limited route, whatever the answer. A decision
 // under the unlimited tier writes nothing: there is no limit to describe.
 func (d Decision) SetHeaders(h http.Header) {
+	// The keys are written in their canonical form (net/http's spelling of
+	// "RateLimit-Limit"), as Set would store them, without its per-call
+	// canonicalization.
 	if d.Limit > 0 {
-		h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-		h.Set("RateLimit-Reset", strconv.FormatInt(d.Reset, 10))
+		h[limitKey] = []string{strconv.FormatInt(d.Limit, 10)}
+		h[remainingKey] = []string{strconv.FormatInt(d.Remaining, 10)}
+		h[resetKey] = []string{strconv.FormatInt(d.Reset, 10)}
 	} else {
 		// A tier without limits still answers with the headers the HTTP contract asks
 		// for on every answer of a limited route: a limit that is never
 		// reached, all of it remaining, nothing to wait for.
-		h.Set("RateLimit-Limit", unlimitedHeader)
-		h.Set("RateLimit-Remaining", unlimitedHeader)
-		h.Set("RateLimit-Reset", "0")
+		h[limitKey] = []string{unlimitedHeader}
+		h[remainingKey] = []string{unlimitedHeader}
+		h[resetKey] = []string{"0"}
 	}
 	if !d.Allowed {
 		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
 	}
 }
+
+// The RateLimit header keys as http.Header stores them.
+var (
+	limitKey     = http.CanonicalHeaderKey("RateLimit-Limit")
+	remainingKey = http.CanonicalHeaderKey("RateLimit-Remaining")
+	resetKey     = http.CanonicalHeaderKey("RateLimit-Reset")
+)
 
 // unlimitedHeader is the RateLimit-Limit and -Remaining of an unlimited tier.
 const unlimitedHeader = "1000000000"
