@@ -83,13 +83,13 @@ type envelopeFields struct {
 // text; false when b is not an object. A name given twice (strictjson
 // refuses that) keeps its last value, as decoding into a map did.
 func (f *envelopeFields) read(b []byte) bool {
-	i := skipSpace(b, 0)
+	i := strictjson.SkipSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
 		return false
 	}
-	i = skipSpace(b, i+1)
+	i = strictjson.SkipSpace(b, i+1)
 	for i < len(b) && b[i] == '"' {
-		end := skipString(b, i)
+		end := strictjson.SkipString(b, i)
 		name := b[i+1 : end-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			var s string
@@ -98,10 +98,10 @@ func (f *envelopeFields) read(b []byte) bool {
 			}
 			name = []byte(s)
 		}
-		i = skipSpace(b, end)
-		i = skipSpace(b, i+1) // the colon
+		i = strictjson.SkipSpace(b, end)
+		i = strictjson.SkipSpace(b, i+1) // the colon
 		start := i
-		i = skipValue(b, i)
+		i = strictjson.SkipValue(b, i)
 		v := b[start:i]
 		switch string(name) {
 		case "som_version":
@@ -115,9 +115,9 @@ func (f *envelopeFields) read(b []byte) bool {
 		case "payload":
 			f.payload = v
 		}
-		i = skipSpace(b, i)
+		i = strictjson.SkipSpace(b, i)
 		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
+			i = strictjson.SkipSpace(b, i+1)
 		}
 	}
 	return true
@@ -143,60 +143,6 @@ func jsonString(v []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// skipSpace returns the index of the first byte from i on that is not
-// JSON whitespace.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just after the JSON string starting at i.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just after the valid JSON value starting at
-// i (an object or an array with everything inside it).
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for i < len(b) {
-		switch b[i] {
-		case '"':
-			i = skipString(b, i)
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i // the end of the object holding a scalar
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\n', '\r', ':':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return i
 }
 
 // validSomVersion matches 1.MINOR.PATCH, MINOR and PATCH without leading

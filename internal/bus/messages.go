@@ -468,4 +468,6 @@ func (s *Service) Purge(ctx context.Context, a *Actor, workspaceID, id string) (
 func (s *Service) EncodeHandle(h Handle) string { return s.cfg.Handles.Encode(h) }
 
 // AppendHandle appends the receipt handle text of h to dst.
-func (s *Service) AppendHandle(dst []byte, h Handle) []byte { return s.cfg.Handles.AppendEncode(dst, h) }
+func (s *Service) AppendHandle(dst []byte, h Handle) []byte {
+	return s.cfg.Handles.AppendEncode(dst, h)
+}

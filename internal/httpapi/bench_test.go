@@ -171,7 +171,7 @@ func ackBody(dst []byte, hs [][]byte) []byte {
 	return append(dst, "]}"...)
 }
 
-func oneStoryEach(i int) string     { return fmt.Sprintf("story-%d", i) }
+func oneStoryEach(i int) string    { return fmt.Sprintf("story-%d", i) }
 func thousandStories(i int) string { return fmt.Sprintf("story-%d", i%1000) }
 
 // BenchmarkPublishSingle is POST …/messages: one envelope a request.

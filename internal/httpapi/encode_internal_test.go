@@ -158,3 +158,34 @@ func FuzzPlainHandles(f *testing.F) {
 		}
 	})
 }
+
+// batchEnvelopes reads only bodies that decodeStrictOuter reads the same way.
+func FuzzBatchEnvelopes(f *testing.F) {
+	for _, s := range []string{
+		`{"messages":[{"a":1},{"b":[1,{"c":"]"}]}]}`, ` { "messages" : [ {} , null , "x" , 1 , [] ] } `, `{"messages":[]}`,
+		`{"messages":[{}],"x":1}`, `{"Messages":[{}]}`, `{"messages":[{},]}`, `{"messages":[{"a":1,"a":2}]}`,
+		`{"messages":[{}]} x`, `{"messages":null}`, `{"messages":[{"a":"\u00e9\"}"}]}`, "{\"messages\":[{\"a\":\"\xff\"}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		envs, ok := batchEnvelopes(body)
+		if !ok {
+			return
+		}
+		var req struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
+			t.Fatalf("batchEnvelopes read %q, decodeStrictOuter refuses it: %v", body, err)
+		}
+		if len(envs) != len(req.Messages) {
+			t.Fatalf("batchEnvelopes read %q as %q, decodeStrictOuter as %q", body, envs, req.Messages)
+		}
+		for i := range envs {
+			if !bytes.Equal(envs[i], req.Messages[i]) {
+				t.Fatalf("batchEnvelopes read %q as %q, decodeStrictOuter as %q", body, envs, req.Messages)
+			}
+		}
+	})
+}

@@ -110,20 +110,23 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
 	// The envelopes (level 3 and below) are checked one by one, each with
 	// its own result.
-	if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
-		return err
+	envs, ok := batchEnvelopes(body)
+	if !ok {
+		var req struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
+			return err
+		}
+		envs = make([][]byte, len(req.Messages))
+		for i, m := range req.Messages {
+			envs[i] = m
+		}
 	}
-	if len(req.Messages) < 1 || len(req.Messages) > 100 {
-		return bus.Errorf(bus.RuleEnvelopeMalformed, "messages must hold 1 to 100 envelopes (got %d).", len(req.Messages))
-	}
-	envs := make([][]byte, len(req.Messages))
-	for i, m := range req.Messages {
-		envs[i] = m
+	if len(envs) < 1 || len(envs) > 100 {
+		return bus.Errorf(bus.RuleEnvelopeMalformed, "messages must hold 1 to 100 envelopes (got %d).", len(envs))
 	}
 	res, err := s.svc.Publish(r.Context(), claims.Tenant, claims.ClientID, envs)
 	if err != nil {
@@ -232,6 +235,44 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 		s.svc.Release(queueID, ds)
 	}
 	return nil
+}
+
+// batchEnvelopes reads the usual batch body, {"messages":[…]} and nothing
+// else, without a decoder: the envelopes are the pieces of body between
+// the array's commas, as they were sent. Any other body (ok false) is left
+// to decodeStrictOuter, which reads the same envelopes from the bodies read
+// here.
+func batchEnvelopes(body []byte) (envs [][]byte, ok bool) {
+	if strictjson.CheckOuter(body, 2) != nil {
+		return nil, false
+	}
+	i := strictjson.SkipSpace(body, 0)
+	lit := func(s string) bool {
+		if !bytes.HasPrefix(body[i:], []byte(s)) {
+			return false
+		}
+		i = strictjson.SkipSpace(body, i+len(s))
+		return true
+	}
+	if !lit("{") || !lit(`"messages"`) || !lit(":") || !lit("[") {
+		return nil, false
+	}
+	envs = make([][]byte, 0, 100)
+	for !lit("]") {
+		if len(envs) > 0 && !lit(",") || len(envs) == 100 {
+			return nil, false
+		}
+		start := i
+		if i = strictjson.SkipValue(body, i); i == start {
+			return nil, false
+		}
+		envs = append(envs, body[start:i:i])
+		i = strictjson.SkipSpace(body, i)
+	}
+	if len(envs) == 0 || !lit("}") || i != len(body) {
+		return nil, false
+	}
+	return envs, true
 }
 
 // plainHandles reads the usual ack or nack body, {"receipt_handles":[…]}
