@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sombus/sombus/internal/server/servertest"
 )
@@ -53,6 +54,10 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 
 // Flush lets the receive route flush its answer, as a connection's writer does.
 func (w *benchWriter) Flush() {}
+
+// SetReadDeadline lets the node's edge bound the body's arrival, as a
+// connection's writer does.
+func (w *benchWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (w *benchWriter) reset() {
 	clear(w.header)

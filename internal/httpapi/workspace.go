@@ -222,7 +222,7 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Cache-Control", "no-store")
+	w.Header()["Cache-Control"] = noStore
 	b := getBuffer(messagesSize(ds))
 	*b = s.appendMessages(*b, ds)
 	werr := writeBody(w, http.StatusOK, b)

@@ -19,16 +19,14 @@ func (d Decision) SetHeaders(h http.Header) {
 	// "RateLimit-Limit"), as Set would store them, without its per-call
 	// canonicalization.
 	if d.Limit > 0 {
-		h[limitKey] = []string{strconv.FormatInt(d.Limit, 10)}
-		h[remainingKey] = []string{strconv.FormatInt(d.Remaining, 10)}
-		h[resetKey] = []string{strconv.FormatInt(d.Reset, 10)}
+		v := []string{strconv.FormatInt(d.Limit, 10), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(d.Reset, 10)}
+		h[limitKey], h[remainingKey], h[resetKey] = v[0:1:1], v[1:2:2], v[2:3:3]
 	} else {
 		// A tier without limits still answers with the headers the HTTP contract asks
 		// for on every answer of a limited route: a limit that is never
-		// reached, all of it remaining, nothing to wait for.
-		h[limitKey] = []string{unlimitedHeader}
-		h[remainingKey] = []string{unlimitedHeader}
-		h[resetKey] = []string{"0"}
+		// reached, all of it remaining, nothing to wait for. The values are
+		// shared, full slices: an Add to them copies.
+		h[limitKey], h[remainingKey], h[resetKey] = unlimitedValue, unlimitedValue, zeroValue
 	}
 	if !d.Allowed {
 		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
@@ -44,6 +42,11 @@ var (
 
 // unlimitedHeader is the RateLimit-Limit and -Remaining of an unlimited tier.
 const unlimitedHeader = "1000000000"
+
+var (
+	unlimitedValue = []string{unlimitedHeader}
+	zeroValue      = []string{"0"}
+)
 
 // RetryAfterSeconds is a wait as the Retry-After header writes it: whole
 // seconds, rounded up, at least 1.
