@@ -189,3 +189,35 @@ func FuzzBatchEnvelopes(f *testing.F) {
 		}
 	})
 }
+
+// plainReceiveQuery reads only query strings that parseReceiveQuery's
+// general reading reads the same way.
+func FuzzPlainReceiveQuery(f *testing.F) {
+	for _, s := range []string{"", "max=10&wait=0", "max=1&wait=20&visibility=43200", "max=11", "max=0", "max=01&wait=007",
+		"wait=1&wait=2", "max=1&", "&max=1", "max", "max=", "max=a", "max=1%30", "max=+1", "attempt=x", "visibility=43201", "Max=1", "max=1;wait=2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		rq, ok := plainReceiveQuery(raw)
+		if !ok {
+			return
+		}
+		q, err := parseQuery(raw, bus.RulePullBadRequest, receiveParams...)
+		if err != nil {
+			t.Fatalf("plainReceiveQuery read %q, parseQuery refuses it: %v", raw, err)
+		}
+		want := receiveQuery{}
+		for _, p := range []struct {
+			name        string
+			def, lo, hi int
+			dst         *int
+		}{{"max", 10, 1, 10, &want.max}, {"wait", 20, 0, 20, &want.wait}, {"visibility", 60, 0, 43200, &want.visibility}} {
+			if *p.dst, err = intParam(q, p.name, p.def, p.lo, p.hi); err != nil {
+				t.Fatalf("plainReceiveQuery read %q, intParam refuses it: %v", raw, err)
+			}
+		}
+		if _, ok := q["attempt"]; ok || rq != want {
+			t.Fatalf("plainReceiveQuery read %q as %+v, the general reading as %+v (%v)", raw, rq, want, q)
+		}
+	})
+}

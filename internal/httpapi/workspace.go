@@ -174,6 +174,9 @@ var receiveParams = []string{"max", "wait", "visibility", "attempt"}
 // is pull.bad_request naming the parameter, or the query string when it
 // is not URL encoding.
 func parseReceiveQuery(raw string) (receiveQuery, error) {
+	if rq, ok := plainReceiveQuery(raw); ok {
+		return rq, nil
+	}
 	q, err := parseQuery(raw, bus.RulePullBadRequest, receiveParams...)
 	if err != nil {
 		return receiveQuery{}, err
@@ -195,6 +198,46 @@ func parseReceiveQuery(raw string) (receiveQuery, error) {
 		rq.attempt = v
 	}
 	return rq, nil
+}
+
+// plainReceiveQuery reads the usual receive query string, max, wait and
+// visibility each at most once with a value in its range and nothing to
+// unescape, without building maps. Any other query string (ok false) is
+// left to parseQuery and intParam, which read the same values from the
+// query strings read here.
+func plainReceiveQuery(raw string) (rq receiveQuery, ok bool) {
+	if strings.ContainsAny(raw, "%+;") {
+		return rq, false
+	}
+	rq = receiveQuery{max: 10, wait: 20, visibility: 60}
+	var seen [3]bool
+	for pair := range strings.SplitSeq(raw, "&") {
+		if raw == "" {
+			break
+		}
+		k, v, found := strings.Cut(pair, "=")
+		if !found || len(v) < 1 || len(v) > 9 || strings.Trim(v, "0123456789") != "" {
+			return rq, false
+		}
+		n, _ := strconv.Atoi(v)
+		var i, lo, hi int
+		var dst *int
+		switch k {
+		case "max":
+			i, lo, hi, dst = 0, 1, 10, &rq.max
+		case "wait":
+			i, lo, hi, dst = 1, 0, 20, &rq.wait
+		case "visibility":
+			i, lo, hi, dst = 2, 0, 43200, &rq.visibility
+		default:
+			return rq, false
+		}
+		if seen[i] || n < lo || n > hi {
+			return rq, false
+		}
+		seen[i], *dst = true, n
+	}
+	return rq, true
 }
 
 // receive is GET /v1/tenants/{t}/consumers/{c}/messages.
