@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/sombus/sombus/internal/strictjson"
 )
@@ -16,7 +17,7 @@ const (
 
 // validIDText checks message_id and correlation_id: 1 to 128 printable
 // ASCII characters (space to tilde).
-func validIDText(s string) bool {
+func validIDText[T ~string | ~[]byte](s T) bool {
 	if len(s) < 1 || len(s) > MaxIDLength {
 		return false
 	}
@@ -44,24 +45,20 @@ func CheckEnvelope(raw []byte) (PublishMessage, []Violation) {
 		return PublishMessage{}, []Violation{{Rule: RuleEnvelopeMalformed, Message: "The envelope must be one JSON object."}}
 	}
 	var vs []Violation
-	var m PublishMessage
-	if v, ok := jsonString(f.somVersion); !ok || !validSomVersion(v) {
+	if v, ok := jsonText(f.somVersion); !ok || !validSomVersion(v) {
 		vs = append(vs, Violation{Rule: RuleEnvelopeSomVersion, Message: "som_version must be a string MAJOR.MINOR.PATCH with major 1, such as \"1.0.0\"."})
 	}
-	if v, ok := jsonString(f.messageID); !ok || !validIDText(v) {
+	id, ok := jsonText(f.messageID)
+	if !ok || !validIDText(id) {
 		vs = append(vs, Violation{Rule: RuleEnvelopeMessageID, Message: "message_id must be a string of 1 to 128 printable ASCII characters."})
-	} else {
-		m.MessageID = v
 	}
-	if v, ok := jsonString(f.messageType); !ok || !ValidMessageType(v) {
+	typ, ok := jsonText(f.messageType)
+	if !ok || !validMessageType(typ) {
 		vs = append(vs, Violation{Rule: RuleEnvelopeMessageType, Message: "message_type must be dot-separated segments of [a-z0-9_-], at most 128 characters, such as \"story.context\"."})
-	} else {
-		m.MessageType, m.Topic = v, TopicOf(v)
 	}
-	if v, ok := jsonString(f.correlationID); !ok || !validIDText(v) {
+	corr, ok := jsonText(f.correlationID)
+	if !ok || !validIDText(corr) {
 		vs = append(vs, Violation{Rule: RuleEnvelopeCorrelationID, Message: "correlation_id must be a string of 1 to 128 printable ASCII characters."})
-	} else {
-		m.CorrelationID = v
 	}
 	if len(f.payload) == 0 || f.payload[0] != '{' {
 		vs = append(vs, Violation{Rule: RuleEnvelopePayload, Message: "payload must be a JSON object."})
@@ -69,8 +66,21 @@ func CheckEnvelope(raw []byte) (PublishMessage, []Violation) {
 	if len(vs) > 0 {
 		return PublishMessage{}, vs
 	}
-	m.Envelope = raw
-	return m, nil
+	// The message's texts share one allocation: the topic (which ends with
+	// the message type), the message id and the correlation id.
+	var b strings.Builder
+	b.Grow(len(TopicPrefix) + len(typ) + len(id) + len(corr))
+	b.WriteString(TopicPrefix)
+	b.Write(typ)
+	b.Write(id)
+	b.Write(corr)
+	text := b.String()
+	topicEnd, idEnd := len(TopicPrefix)+len(typ), len(TopicPrefix)+len(typ)+len(id)
+	return PublishMessage{
+		Topic: text[:topicEnd], MessageType: text[len(TopicPrefix):topicEnd],
+		MessageID: text[topicEnd:idEnd], CorrelationID: text[idEnd:],
+		Envelope: raw,
+	}, nil
 }
 
 // envelopeFields are the raw values of the members of an envelope that
@@ -123,31 +133,32 @@ func (f *envelopeFields) read(b []byte) bool {
 	return true
 }
 
-// jsonString reads a JSON value as decoding it into a string did: a
-// string's text, "" for null, and false for any other value.
-func jsonString(v []byte) (string, bool) {
+// jsonText reads a JSON value as decoding it into a string did: a
+// string's text (its bytes in v when nothing is escaped), nothing for
+// null, and false for any other value.
+func jsonText(v []byte) ([]byte, bool) {
 	if len(v) == 0 {
-		return "", false
+		return nil, false
 	}
 	if string(v) == "null" {
-		return "", true
+		return nil, true
 	}
 	if v[0] != '"' {
-		return "", false
+		return nil, false
 	}
 	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
+		return v[1 : len(v)-1], true
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", false
+		return nil, false
 	}
-	return s, true
+	return []byte(s), true
 }
 
 // validSomVersion matches 1.MINOR.PATCH, MINOR and PATCH without leading
 // zeros.
-func validSomVersion(s string) bool {
+func validSomVersion(s []byte) bool {
 	if len(s) < 5 || s[0] != '1' || s[1] != '.' {
 		return false
 	}
@@ -168,5 +179,5 @@ func validSomVersion(s string) bool {
 			rest = rest[1:]
 		}
 	}
-	return rest == ""
+	return len(rest) == 0
 }

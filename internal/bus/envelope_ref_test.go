@@ -112,8 +112,8 @@ func FuzzSomVersion(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if validSomVersion(s) != somVersion.MatchString(s) {
-			t.Fatalf("validSomVersion(%q) = %v", s, validSomVersion(s))
+		if validSomVersion([]byte(s)) != somVersion.MatchString(s) {
+			t.Fatalf("validSomVersion(%q) = %v", s, !somVersion.MatchString(s))
 		}
 	})
 }

@@ -21,8 +21,8 @@ type PublishResult struct {
 // transaction; the answer has one result per envelope.
 func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, envelopes [][]byte) ([]PublishResult, error) {
 	results := make([]PublishResult, len(envelopes))
-	var msgs []PublishMessage
-	var idx []int
+	msgs := make([]PublishMessage, 0, len(envelopes))
+	idx := make([]int, 0, len(envelopes))
 	for i, raw := range envelopes {
 		m, vs := CheckEnvelope(raw)
 		if len(vs) > 0 {
@@ -43,9 +43,10 @@ func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, e
 	}
 	s.metrics.Published(len(outs))
 	placed := map[string]int{} // queue -> messages placed in it
+	deliveries := make([]int, len(outs)) // one allocation for every result's count
 	for j, o := range outs {
-		n := o.Deliveries
-		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &n, Duplicate: o.Duplicate}
+		deliveries[j] = o.Deliveries
+		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &deliveries[j], Duplicate: o.Duplicate}
 		for _, q := range o.QueueIDs {
 			placed[q]++
 		}
