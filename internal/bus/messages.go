@@ -42,7 +42,7 @@ func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, e
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 	s.metrics.Published(len(outs))
-	placed := map[string]int{} // queue -> messages placed in it
+	placed := map[string]int{}           // queue -> messages placed in it
 	deliveries := make([]int, len(outs)) // one allocation for every result's count
 	for j, o := range outs {
 		deliveries[j] = o.Deliveries
