@@ -9,8 +9,9 @@ package httpapi_test
 //	go test -run '^$' -bench . -benchmem ./internal/httpapi/
 //
 // cpu-ns/op is the process's CPU time per op, garbage collection
-// included, and gc-cpu-ns/op the collector's share of it (the runtime's
-// estimate). B/op and allocs/op count everything a request allocates on the server
+// included, and gc-cpu-ns/op the collector's share of it as the runtime
+// estimates it (from wall time while it collects: meaningful on a quiet
+// machine only, where it stays below cpu-ns/op). B/op and allocs/op count everything a request allocates on the server
 // side but net/http's own reading of the request from a connection; the
 // benchmark's own work per request (a shallow copy of a prepared request
 // and a reader over a prepared body) is 2 small allocations. Messages have
@@ -190,7 +191,7 @@ type cpuMeter struct {
 }
 
 // gcCPU is the CPU time the garbage collector has used, in seconds, as the
-// runtime estimates it.
+// runtime estimates it (from wall time: overstated when the machine is busy).
 func gcCPU() float64 {
 	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
 	metrics.Read(s)
