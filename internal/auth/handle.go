@@ -101,6 +101,17 @@ func (c *HandleCodec) AppendEncode(dst []byte, h bus.Handle) []byte {
 // Decode returns the handle inside s, or an error wrapping ErrInvalidHandle
 // when s is malformed, of another version, or its MAC does not match.
 func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
+	return c.decode(s, "", false)
+}
+
+// DecodeFor is Decode of a handle that must be of queue queueID: one of
+// another queue is refused as invalid. The handle's QueueID is queueID
+// itself, not a copy.
+func (c *HandleCodec) DecodeFor(s, queueID string) (bus.Handle, error) {
+	return c.decode(s, queueID, true)
+}
+
+func (c *HandleCodec) decode(s, queueID string, forQueue bool) (bus.Handle, error) {
 	if s == "" || len(s) > maxHandleText {
 		return bus.Handle{}, fmt.Errorf("%w: wrong length", ErrInvalidHandle)
 	}
@@ -136,7 +147,15 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 		return bus.Handle{}, fmt.Errorf("%w: malformed", ErrInvalidHandle)
 	}
 	p := body[1+k:]
-	h := bus.Handle{QueueID: string(p[:n])}
+	var h bus.Handle
+	switch {
+	case !forQueue:
+		h.QueueID = string(p[:n])
+	case string(p[:n]) == queueID:
+		h.QueueID = queueID
+	default:
+		return bus.Handle{}, fmt.Errorf("%w: of another queue", ErrInvalidHandle)
+	}
 	p = p[n:]
 	h.StoryID = int64(binary.BigEndian.Uint64(p[0:8]))
 	h.Seq = int64(binary.BigEndian.Uint64(p[8:16]))

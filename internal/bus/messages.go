@@ -214,7 +214,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 	idx := make([]int, 0, len(receipts))
 	for i, rh := range receipts {
 		out[i].ReceiptHandle = rh
-		h, err := s.cfg.Handles.Decode(rh)
+		h, err := s.cfg.Handles.DecodeFor(rh, queueID)
 		if err != nil || h.QueueID != queueID {
 			out[i].Code, out[i].Message = CodeReceiptHandleIsInvalid, "The receipt handle is malformed or not from this queue."
 			continue

@@ -29,6 +29,9 @@ type HandleCodec interface {
 	// AppendEncode appends the text Encode returns to dst.
 	AppendEncode(dst []byte, h Handle) []byte
 	Decode(s string) (Handle, error)
+	// DecodeFor is Decode of a handle that must be of queue queueID (one
+	// of another queue is an error).
+	DecodeFor(s, queueID string) (Handle, error)
 }
 
 // TierInfo says whether a quota tier exists and whether only operators may
