@@ -74,6 +74,9 @@ func newServeCommand() *cobra.Command {
 			}
 			cfg.Logger = slog.New(h)
 			cfg.Stdout = cmd.OutOrStdout()
+			if percent, limit := gcDefaults(); percent != 0 || limit != 0 {
+				cfg.Logger.Debug("garbage collector", "gc_percent", percent, "memory_limit_bytes", limit)
+			}
 			srv, err := server.New(cmd.Context(), cfg)
 			if err != nil {
 				return err

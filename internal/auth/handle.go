@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -40,7 +42,8 @@ var ErrInvalidHandle = errors.New("receipt handle is invalid")
 // given to consumers and back, refusing anything forged or altered. Safe for
 // concurrent use.
 type HandleCodec struct {
-	key []byte
+	key     []byte
+	scratch sync.Pool // of *handleScratch
 }
 
 var _ bus.HandleCodec = (*HandleCodec)(nil)
@@ -51,7 +54,9 @@ func NewHandleCodec(key []byte) (*HandleCodec, error) {
 	if len(key) < minHandleKeySize {
 		return nil, fmt.Errorf("auth: handle key must have at least %d bytes", minHandleKeySize)
 	}
-	return &HandleCodec{key: append([]byte(nil), key...)}, nil
+	c := &HandleCodec{key: append([]byte(nil), key...)}
+	c.scratch.New = func() any { return &handleScratch{mac: hmac.New(sha256.New, c.key)} }
+	return c, nil
 }
 
 // LoadHandleKey returns the handle MAC key shared by all nodes: the server
@@ -75,20 +80,38 @@ func LoadHandleKey(ctx context.Context, store bus.Store) ([]byte, error) {
 
 // Encode returns the receipt handle of h.
 func (c *HandleCodec) Encode(h bus.Handle) string {
-	buf := make([]byte, 0, 1+binary.MaxVarintLen64+len(h.QueueID)+24+handleMACSize)
+	return string(c.AppendEncode(nil, h))
+}
+
+// AppendEncode appends the receipt handle of h to dst.
+func (c *HandleCodec) AppendEncode(dst []byte, h bus.Handle) []byte {
+	sc := c.scratch.Get().(*handleScratch)
+	defer c.scratch.Put(sc)
+	buf := sc.raw[:0]
 	buf = append(buf, handleVersion)
 	buf = binary.AppendUvarint(buf, uint64(len(h.QueueID)))
 	buf = append(buf, h.QueueID...)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(h.StoryID))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(h.Seq))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(h.Nonce))
-	buf = append(buf, c.mac(buf)...)
-	return base64.RawURLEncoding.EncodeToString(buf)
+	buf = append(buf, sc.sum(buf)...)
+	return base64.RawURLEncoding.AppendEncode(dst, buf)
 }
 
 // Decode returns the handle inside s, or an error wrapping ErrInvalidHandle
 // when s is malformed, of another version, or its MAC does not match.
 func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
+	return c.decode(s, "", false)
+}
+
+// DecodeFor is Decode of a handle that must be of queue queueID: one of
+// another queue is refused as invalid. The handle's QueueID is queueID
+// itself, not a copy.
+func (c *HandleCodec) DecodeFor(s, queueID string) (bus.Handle, error) {
+	return c.decode(s, queueID, true)
+}
+
+func (c *HandleCodec) decode(s, queueID string, forQueue bool) (bus.Handle, error) {
 	if s == "" || len(s) > maxHandleText {
 		return bus.Handle{}, fmt.Errorf("%w: wrong length", ErrInvalidHandle)
 	}
@@ -98,10 +121,14 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 	if !isBase64URL(s) {
 		return bus.Handle{}, fmt.Errorf("%w: not base64url", ErrInvalidHandle)
 	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	sc := c.scratch.Get().(*handleScratch)
+	defer c.scratch.Put(sc)
+	text := sc.text[:copy(sc.text[:], s)]
+	size, err := strictBase64URL.Decode(sc.raw[:], text)
 	if err != nil {
 		return bus.Handle{}, fmt.Errorf("%w: not base64url", ErrInvalidHandle)
 	}
+	raw := sc.raw[:size]
 	if len(raw) < 1+1+24+handleMACSize {
 		return bus.Handle{}, fmt.Errorf("%w: too short", ErrInvalidHandle)
 	}
@@ -111,7 +138,7 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 	body, sum := raw[:len(raw)-handleMACSize], raw[len(raw)-handleMACSize:]
 	// hmac.Equal takes the same time wherever the MACs differ, so an
 	// attacker cannot find a valid MAC byte by byte from response times.
-	if !hmac.Equal(c.mac(body), sum) {
+	if !hmac.Equal(sc.sum(body), sum) {
 		return bus.Handle{}, fmt.Errorf("%w: bad MAC", ErrInvalidHandle)
 	}
 	// The MAC holds, so body is what Encode wrote; still parse defensively.
@@ -120,7 +147,15 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 		return bus.Handle{}, fmt.Errorf("%w: malformed", ErrInvalidHandle)
 	}
 	p := body[1+k:]
-	h := bus.Handle{QueueID: string(p[:n])}
+	var h bus.Handle
+	switch {
+	case !forQueue:
+		h.QueueID = string(p[:n])
+	case string(p[:n]) == queueID:
+		h.QueueID = queueID
+	default:
+		return bus.Handle{}, fmt.Errorf("%w: of another queue", ErrInvalidHandle)
+	}
 	p = p[n:]
 	h.StoryID = int64(binary.BigEndian.Uint64(p[0:8]))
 	h.Seq = int64(binary.BigEndian.Uint64(p[8:16]))
@@ -128,11 +163,26 @@ func (c *HandleCodec) Decode(s string) (bus.Handle, error) {
 	return h, nil
 }
 
-// mac is the truncated HMAC-SHA256 of b.
-func (c *HandleCodec) mac(b []byte) []byte {
-	m := hmac.New(sha256.New, c.key)
-	m.Write(b)
-	return m.Sum(nil)[:handleMACSize]
+// strictBase64URL decodes unpadded base64url, refusing spare low bits.
+var strictBase64URL = base64.RawURLEncoding.Strict()
+
+// handleScratch is a keyed HMAC-SHA256 state with room for one handle,
+// reused: a fresh HMAC costs several allocations, and every message
+// received and acknowledged needs one.
+type handleScratch struct {
+	mac hash.Hash
+	// raw holds a handle's bytes (a decoded text of up to maxHandleText
+	// characters is shorter), text a copy of its text.
+	raw  [maxHandleText]byte
+	text [maxHandleText]byte
+	out  [sha256.Size]byte
+}
+
+// sum returns the truncated HMAC-SHA256 of b (valid until sc is reused).
+func (sc *handleScratch) sum(b []byte) []byte {
+	sc.mac.Reset()
+	sc.mac.Write(b)
+	return sc.mac.Sum(sc.out[:0])[:handleMACSize]
 }
 
 // isBase64URL reports whether s holds only characters of the unpadded

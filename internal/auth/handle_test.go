@@ -39,6 +39,15 @@ func TestHandleRoundTrip(t *testing.T) {
 		if err != nil || got != h {
 			t.Fatalf("Decode(Encode(%+v)) = %+v, %v", h, got, err)
 		}
+		if got, err := c.DecodeFor(s, h.QueueID); err != nil || got != h {
+			t.Fatalf("DecodeFor(Encode(%+v), its queue) = %+v, %v", h, got, err)
+		}
+		if got, err := c.DecodeFor(s, h.QueueID+"x"); !errors.Is(err, ErrInvalidHandle) {
+			t.Fatalf("DecodeFor(Encode(%+v), another queue) = %+v, %v", h, got, err)
+		}
+		if b := string(c.AppendEncode([]byte("prefix"), h)); b != "prefix"+s {
+			t.Fatalf("AppendEncode(prefix, %+v) = %q, want prefix%s", h, b, s)
+		}
 	}
 }
 

@@ -20,7 +20,19 @@ type verifiedCache struct {
 	m  map[[32]byte]*Claims
 }
 
-func tokenKey(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+// keyScratch holds copies of tokens being hashed: []byte(token) would
+// allocate a copy of the whole token on every request.
+var keyScratch = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func tokenKey(token string) [32]byte {
+	b := keyScratch.Get().(*[]byte)
+	*b = append((*b)[:0], token...)
+	k := sha256.Sum256(*b)
+	if cap(*b) <= 1<<16 {
+		keyScratch.Put(b)
+	}
+	return k
+}
 
 // get returns the claims of a verified token still valid at now.
 func (v *verifiedCache) get(token string, now time.Time) (*Claims, bool) {

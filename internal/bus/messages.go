@@ -21,8 +21,8 @@ type PublishResult struct {
 // transaction; the answer has one result per envelope.
 func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, envelopes [][]byte) ([]PublishResult, error) {
 	results := make([]PublishResult, len(envelopes))
-	var msgs []PublishMessage
-	var idx []int
+	msgs := make([]PublishMessage, 0, len(envelopes))
+	idx := make([]int, 0, len(envelopes))
 	for i, raw := range envelopes {
 		m, vs := CheckEnvelope(raw)
 		if len(vs) > 0 {
@@ -42,10 +42,11 @@ func (s *Service) Publish(ctx context.Context, workspaceID, producerID string, e
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 	s.metrics.Published(len(outs))
-	placed := map[string]int{} // queue -> messages placed in it
+	placed := map[string]int{}           // queue -> messages placed in it
+	deliveries := make([]int, len(outs)) // one allocation for every result's count
 	for j, o := range outs {
-		n := o.Deliveries
-		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &n, Duplicate: o.Duplicate}
+		deliveries[j] = o.Deliveries
+		results[idx[j]] = PublishResult{Accepted: true, MessageID: msgs[j].MessageID, Topic: msgs[j].Topic, Deliveries: &deliveries[j], Duplicate: o.Duplicate}
 		for _, q := range o.QueueIDs {
 			placed[q]++
 		}
@@ -209,11 +210,11 @@ type HandleResult struct {
 // errors are answered as Receive answers them.
 func (s *Service) Settle(ctx context.Context, queueID string, receipts []string, nack bool, delay time.Duration) ([]HandleResult, error) {
 	out := make([]HandleResult, len(receipts))
-	var hs []Handle
-	var idx []int
+	hs := make([]Handle, 0, len(receipts))
+	idx := make([]int, 0, len(receipts))
 	for i, rh := range receipts {
 		out[i].ReceiptHandle = rh
-		h, err := s.cfg.Handles.Decode(rh)
+		h, err := s.cfg.Handles.DecodeFor(rh, queueID)
 		if err != nil || h.QueueID != queueID {
 			out[i].Code, out[i].Message = CodeReceiptHandleIsInvalid, "The receipt handle is malformed or not from this queue."
 			continue
@@ -466,3 +467,8 @@ func (s *Service) Purge(ctx context.Context, a *Actor, workspaceID, id string) (
 
 // EncodeHandle returns the receipt handle text of h.
 func (s *Service) EncodeHandle(h Handle) string { return s.cfg.Handles.Encode(h) }
+
+// AppendHandle appends the receipt handle text of h to dst.
+func (s *Service) AppendHandle(dst []byte, h Handle) []byte {
+	return s.cfg.Handles.AppendEncode(dst, h)
+}

@@ -26,7 +26,12 @@ type Credentials interface {
 // HandleCodec turns handles into unforgeable receipt handles and back.
 type HandleCodec interface {
 	Encode(h Handle) string
+	// AppendEncode appends the text Encode returns to dst.
+	AppendEncode(dst []byte, h Handle) []byte
 	Decode(s string) (Handle, error)
+	// DecodeFor is Decode of a handle that must be of queue queueID (one
+	// of another queue is an error).
+	DecodeFor(s, queueID string) (Handle, error)
 }
 
 // TierInfo says whether a quota tier exists and whether only operators may

@@ -6,8 +6,8 @@ import (
 )
 
 // validSegment reports whether s is a non-empty run of [a-z0-9_-].
-func validSegment(s string) bool {
-	if s == "" {
+func validSegment[T ~string | ~[]byte](s T) bool {
+	if len(s) == 0 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -32,12 +32,21 @@ const MaxTopicLength = len(TopicPrefix) + MaxMessageTypeLength
 // ValidMessageType checks a message type: dot-separated segments of
 // [a-z0-9_-], at most MaxMessageTypeLength characters.
 func ValidMessageType(s string) bool {
-	if s == "" || len(s) > MaxMessageTypeLength {
+	return validMessageType(s)
+}
+
+// validMessageType is ValidMessageType of a string or its bytes.
+func validMessageType[T ~string | ~[]byte](s T) bool {
+	if len(s) == 0 || len(s) > MaxMessageTypeLength {
 		return false
 	}
-	for _, seg := range strings.Split(s, ".") {
-		if !validSegment(seg) {
-			return false
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if !validSegment(s[start:i]) {
+				return false
+			}
+			start = i + 1
 		}
 	}
 	return true

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,21 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (m *metrics) instrument(route string, h http.Handler) http.Handler {
+	// The route's series are looked up once, not per request (a lookup by
+	// label values allocates); requests by status are cached as they come.
+	duration := m.duration.WithLabelValues(route)
+	var byStatus [600]atomic.Pointer[prometheus.Counter] // by status code
+	counter := func(status int) prometheus.Counter {
+		if status < 0 || status >= len(byStatus) {
+			return m.requests.WithLabelValues(route, strconv.Itoa(status))
+		}
+		if c := byStatus[status].Load(); c != nil {
+			return *c
+		}
+		c := m.requests.WithLabelValues(route, strconv.Itoa(status))
+		byStatus[status].Store(&c)
+		return c
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -63,7 +79,7 @@ func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		m.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		counter(sw.status).Inc()
+		duration.Observe(time.Since(start).Seconds())
 	})
 }

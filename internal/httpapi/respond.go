@@ -118,9 +118,11 @@ type bodyOptions struct {
 // readBody reads a request body up to the limit, checking the content type.
 func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 	ct := r.Header.Get("Content-Type")
-	mt, _, err := mime.ParseMediaType(ct)
-	if ct == "" || err != nil || mt != "application/json" {
-		return nil, bus.Errorf(o.rule, "Content-Type must be application/json (got %q).", ct)
+	if ct != "application/json" { // the usual case needs no parsing
+		mt, _, err := mime.ParseMediaType(ct)
+		if ct == "" || err != nil || mt != "application/json" {
+			return nil, bus.Errorf(o.rule, "Content-Type must be application/json (got %q).", ct)
+		}
 	}
 	tooLarge := o.tooLargeRule
 	if tooLarge == "" {
@@ -130,7 +132,7 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 		return nil, &bus.Error{Status: http.StatusRequestEntityTooLarge, Violations: []bus.Violation{{Rule: tooLarge,
 			Message: fmt.Sprintf("The request body is %d bytes; this route accepts at most %d bytes.", r.ContentLength, o.limit)}}}
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, o.limit+1))
+	b, err := readAll(r.Body, r.ContentLength, o.limit+1)
 	if err != nil {
 		var slow *edge.BodyTimeoutError
 		if errors.As(err, &slow) {
@@ -143,6 +145,47 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 			Message: fmt.Sprintf("The request body is over %d bytes, the most this route accepts.", o.limit)}}}
 	}
 	return b, nil
+}
+
+// readAll reads body to its end, but no more than limit bytes. With the
+// length the request declares (size, at most limit; -1 when unknown) it
+// reads into one buffer of that size, and grows it only if the body goes
+// on past it.
+func readAll(body io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size >= limit {
+		return io.ReadAll(io.LimitReader(body, limit))
+	}
+	b := make([]byte, size, size+1) // +1: room to see the end without growing
+	n := 0
+	for n < len(b) {
+		m, err := body.Read(b[n:])
+		n += m
+		if err == io.EOF {
+			return b[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	// All that was declared has arrived: the end is next, unless the body
+	// is longer than declared.
+	for {
+		m, err := body.Read(b[n:cap(b)])
+		n += m
+		if err == io.EOF {
+			return b[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m > 0 {
+			rest, err := io.ReadAll(io.LimitReader(body, limit-int64(n)))
+			if err != nil {
+				return nil, err
+			}
+			return append(b[:n], rest...), nil
+		}
+	}
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields,

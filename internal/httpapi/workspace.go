@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/limits"
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 // bearer returns the bearer token of a request ("" when there is none).
@@ -92,7 +94,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	if !res[0].Accepted {
 		return &bus.Error{Status: http.StatusBadRequest, Violations: res[0].Violations}
 	}
-	writeJSON(w, http.StatusAccepted, res[0])
+	b := getBuffer(128)
+	*b = append(appendPublishResult(*b, &res[0]), '\n')
+	_ = writeBody(w, http.StatusAccepted, b) // a client gone: nothing to do
 	return nil
 }
 
@@ -106,26 +110,31 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
 	// The envelopes (level 3 and below) are checked one by one, each with
 	// its own result.
-	if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
-		return err
+	envs, ok := batchEnvelopes(body)
+	if !ok {
+		var req struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
+			return err
+		}
+		envs = make([][]byte, len(req.Messages))
+		for i, m := range req.Messages {
+			envs[i] = m
+		}
 	}
-	if len(req.Messages) < 1 || len(req.Messages) > 100 {
-		return bus.Errorf(bus.RuleEnvelopeMalformed, "messages must hold 1 to 100 envelopes (got %d).", len(req.Messages))
-	}
-	envs := make([][]byte, len(req.Messages))
-	for i, m := range req.Messages {
-		envs[i] = m
+	if len(envs) < 1 || len(envs) > 100 {
+		return bus.Errorf(bus.RuleEnvelopeMalformed, "messages must hold 1 to 100 envelopes (got %d).", len(envs))
 	}
 	res, err := s.svc.Publish(r.Context(), claims.Tenant, claims.ClientID, envs)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": res})
+	b := getBuffer(64 + 128*len(res))
+	*b = appendPublishResults(*b, res)
+	_ = writeBody(w, http.StatusOK, b)
 	return nil
 }
 
@@ -165,6 +174,9 @@ var receiveParams = []string{"max", "wait", "visibility", "attempt"}
 // is pull.bad_request naming the parameter, or the query string when it
 // is not URL encoding.
 func parseReceiveQuery(raw string) (receiveQuery, error) {
+	if rq, ok := plainReceiveQuery(raw); ok {
+		return rq, nil
+	}
 	q, err := parseQuery(raw, bus.RulePullBadRequest, receiveParams...)
 	if err != nil {
 		return receiveQuery{}, err
@@ -186,6 +198,46 @@ func parseReceiveQuery(raw string) (receiveQuery, error) {
 		rq.attempt = v
 	}
 	return rq, nil
+}
+
+// plainReceiveQuery reads the usual receive query string, max, wait and
+// visibility each at most once with a value in its range and nothing to
+// unescape, without building maps. Any other query string (ok false) is
+// left to parseQuery and intParam, which read the same values from the
+// query strings read here.
+func plainReceiveQuery(raw string) (rq receiveQuery, ok bool) {
+	if strings.ContainsAny(raw, "%+;") {
+		return rq, false
+	}
+	rq = receiveQuery{max: 10, wait: 20, visibility: 60}
+	var seen [3]bool
+	for pair := range strings.SplitSeq(raw, "&") {
+		if raw == "" {
+			break
+		}
+		k, v, found := strings.Cut(pair, "=")
+		if !found || len(v) < 1 || len(v) > 9 || strings.Trim(v, "0123456789") != "" {
+			return rq, false
+		}
+		n, _ := strconv.Atoi(v)
+		var i, lo, hi int
+		var dst *int
+		switch k {
+		case "max":
+			i, lo, hi, dst = 0, 1, 10, &rq.max
+		case "wait":
+			i, lo, hi, dst = 1, 0, 20, &rq.wait
+		case "visibility":
+			i, lo, hi, dst = 2, 0, 43200, &rq.visibility
+		default:
+			return rq, false
+		}
+		if seen[i] || n < lo || n > hi {
+			return rq, false
+		}
+		seen[i], *dst = true, n
+	}
+	return rq, true
 }
 
 // receive is GET /v1/tenants/{t}/consumers/{c}/messages.
@@ -213,11 +265,10 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := s.encodeMessages(ds)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, werr := w.Write(body)
+	w.Header()["Cache-Control"] = noStore
+	b := getBuffer(messagesSize(ds))
+	*b = s.appendMessages(*b, ds)
+	werr := writeBody(w, http.StatusOK, b)
 	if werr == nil {
 		werr = http.NewResponseController(w).Flush()
 	}
@@ -229,42 +280,97 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// wireMessage is a received message without its envelope, which is spliced
-// in as the accepted bytes.
-type wireMessage struct {
-	ReceiptHandle string `json:"receipt_handle"`
-	MessageType   string `json:"message_type"`
-	CorrelationID string `json:"correlation_id"`
-	Topic         string `json:"topic"`
-	ProducerID    string `json:"producer_id"`
-	ReceiveCount  int    `json:"receive_count"`
-	EnqueuedAt    string `json:"enqueued_at"`
-}
-
-// encodeMessages writes {"messages":[…]} with each envelope exactly as it
-// was accepted (encoding/json would re-format it).
-func (s *Server) encodeMessages(ds []bus.Delivery) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"messages":[`)
-	for i, d := range ds {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		m, _ := json.Marshal(wireMessage{
-			ReceiptHandle: s.svc.EncodeHandle(d.Handle), MessageType: d.MessageType, CorrelationID: d.CorrelationID,
-			Topic: d.Topic, ProducerID: d.ProducerID, ReceiveCount: d.ReceiveCount, EnqueuedAt: formatTime(d.EnqueuedAt),
-		})
-		b.Write(m[:len(m)-1]) // drop the closing brace
-		b.WriteString(`,"envelope":`)
-		b.Write(d.Envelope)
-		b.WriteByte('}')
+// batchEnvelopes reads the usual batch body, {"messages":[…]} and nothing
+// else, without a decoder: the envelopes are the pieces of body between
+// the array's commas, as they were sent. Any other body (ok false) is left
+// to decodeStrictOuter, which reads the same envelopes from the bodies read
+// here.
+func batchEnvelopes(body []byte) (envs [][]byte, ok bool) {
+	if strictjson.CheckOuter(body, 2) != nil {
+		return nil, false
 	}
-	b.WriteString("]}\n")
-	return b.Bytes()
+	i := strictjson.SkipSpace(body, 0)
+	lit := func(s string) bool {
+		if !bytes.HasPrefix(body[i:], []byte(s)) {
+			return false
+		}
+		i = strictjson.SkipSpace(body, i+len(s))
+		return true
+	}
+	if !lit("{") || !lit(`"messages"`) || !lit(":") || !lit("[") {
+		return nil, false
+	}
+	envs = make([][]byte, 0, 100)
+	for !lit("]") {
+		if len(envs) > 0 && !lit(",") || len(envs) == 100 {
+			return nil, false
+		}
+		start := i
+		if i = strictjson.SkipValue(body, i); i == start {
+			return nil, false
+		}
+		envs = append(envs, body[start:i:i])
+		i = strictjson.SkipSpace(body, i)
+	}
+	if len(envs) == 0 || !lit("}") || i != len(body) {
+		return nil, false
+	}
+	return envs, true
 }
 
-// formatTime is RFC 3339 UTC with milliseconds.
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+// plainHandles reads the usual ack or nack body, {"receipt_handles":[…]}
+// with 1 to 10 strings without escapes and nothing else, without a
+// decoder: the handles are pieces of one copy of the body. Any other body
+// (ok false) is left to decodeStrict, whose answer (handles or refusal) is
+// the same for the bodies read here.
+func plainHandles(body []byte) (hs []string, ok bool) {
+	if strictjson.Check(body) != nil {
+		return nil, false
+	}
+	var spans [10][2]int
+	n := 0
+	i := 0
+	ws := func() {
+		for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+			i++
+		}
+	}
+	lit := func(s string) bool {
+		ws()
+		if !bytes.HasPrefix(body[i:], []byte(s)) {
+			return false
+		}
+		i += len(s)
+		return true
+	}
+	if !lit("{") || !lit(`"receipt_handles"`) || !lit(":") || !lit("[") {
+		return nil, false
+	}
+	for !lit("]") {
+		if n == len(spans) || n > 0 && !lit(",") || !lit(`"`) {
+			return nil, false
+		}
+		end := bytes.IndexByte(body[i:], '"')
+		if end < 0 || bytes.IndexByte(body[i:i+end], '\\') >= 0 {
+			return nil, false
+		}
+		spans[n] = [2]int{i, i + end}
+		n++
+		i += end + 1
+	}
+	if n == 0 || !lit("}") {
+		return nil, false
+	}
+	if ws(); i != len(body) {
+		return nil, false
+	}
+	text := string(body) // one copy for every handle
+	hs = make([]string, n)
+	for k := range n {
+		hs[k] = text[spans[k][0]:spans[k][1]]
+	}
+	return hs, true
+}
 
 // settleRequest is the body of ack and nack.
 type settleRequest struct {
@@ -278,7 +384,9 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
+	if hs, ok := plainHandles(body); ok {
+		req.ReceiptHandles = hs
+	} else if err := decodeStrict(body, &req, bus.RulePullBadRequest); err != nil {
 		return req, err
 	}
 	if req.DelaySeconds != nil && !nack {
@@ -288,12 +396,10 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 	if n < 1 || n > 10 {
 		return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles must hold 1 to 10 receipt handles (got %d).", n)
 	}
-	seen := make(map[string]bool, n)
 	for i, h := range req.ReceiptHandles {
-		if seen[h] {
+		if slices.Contains(req.ReceiptHandles[:i], h) { // n is at most 10
 			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] repeats an earlier handle; handles must be distinct.", i)
 		}
-		seen[h] = true
 	}
 	if req.DelaySeconds != nil && (*req.DelaySeconds < 0 || *req.DelaySeconds > 43200) {
 		return req, bus.Errorf(bus.RulePullBadRequest, "delay_seconds must be an integer between 0 and 43200 (got %d).", *req.DelaySeconds)
@@ -318,20 +424,13 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, nack bool) error
 	if err != nil {
 		return err
 	}
-	ok := []string{}
-	failed := []bus.HandleResult{}
-	for _, h := range res {
-		if h.OK {
-			ok = append(ok, h.ReceiptHandle)
-		} else {
-			failed = append(failed, h)
-		}
-	}
 	key := "acked"
 	if nack {
 		key = "nacked"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{key: ok, "failed": failed})
+	b := getBuffer(64 + 160*len(res))
+	*b = appendSettled(*b, key, res)
+	_ = writeBody(w, http.StatusOK, b)
 	return nil
 }
 

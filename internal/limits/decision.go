@@ -15,25 +15,38 @@ import (
 // it on every answer of a limited route, whatever the answer. A decision
 // under the unlimited tier writes nothing: there is no limit to describe.
 func (d Decision) SetHeaders(h http.Header) {
+	// The keys are written in their canonical form (net/http's spelling of
+	// "RateLimit-Limit"), as Set would store them, without its per-call
+	// canonicalization.
 	if d.Limit > 0 {
-		h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-		h.Set("RateLimit-Reset", strconv.FormatInt(d.Reset, 10))
+		v := []string{strconv.FormatInt(d.Limit, 10), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(d.Reset, 10)}
+		h[limitKey], h[remainingKey], h[resetKey] = v[0:1:1], v[1:2:2], v[2:3:3]
 	} else {
 		// A tier without limits still answers with the headers the HTTP contract asks
 		// for on every answer of a limited route: a limit that is never
-		// reached, all of it remaining, nothing to wait for.
-		h.Set("RateLimit-Limit", unlimitedHeader)
-		h.Set("RateLimit-Remaining", unlimitedHeader)
-		h.Set("RateLimit-Reset", "0")
+		// reached, all of it remaining, nothing to wait for. The values are
+		// shared, full slices: an Add to them copies.
+		h[limitKey], h[remainingKey], h[resetKey] = unlimitedValue, unlimitedValue, zeroValue
 	}
 	if !d.Allowed {
 		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
 	}
 }
 
+// The RateLimit header keys as http.Header stores them.
+var (
+	limitKey     = http.CanonicalHeaderKey("RateLimit-Limit")
+	remainingKey = http.CanonicalHeaderKey("RateLimit-Remaining")
+	resetKey     = http.CanonicalHeaderKey("RateLimit-Reset")
+)
+
 // unlimitedHeader is the RateLimit-Limit and -Remaining of an unlimited tier.
 const unlimitedHeader = "1000000000"
+
+var (
+	unlimitedValue = []string{unlimitedHeader}
+	zeroValue      = []string{"0"}
+)
 
 // RetryAfterSeconds is a wait as the Retry-After header writes it: whole
 // seconds, rounded up, at least 1.

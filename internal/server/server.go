@@ -447,6 +447,10 @@ func (s *Server) Service() *bus.Service { return s.svc }
 // Store returns the node's store.
 func (s *Server) Store() bus.Store { return s.store }
 
+// Handler returns the node's whole HTTP handler, as its listener serves it
+// (benchmarks call it in process, without the network).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
 // Wait blocks until the server stops serving on its own (an error) or ctx ends.
 func (s *Server) Wait(ctx context.Context) error {
 	select {
