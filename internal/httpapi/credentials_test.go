@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server/servertest"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
 // t0 is the test nodes' starting time.
@@ -311,8 +311,11 @@ func TestRevokeRestoreConnection(t *testing.T) {
 func TestRevokeReachesOtherNodes(t *testing.T) {
 	t.Parallel()
 	const public = "https://bus.example"
-	a := startWith(t, servertest.Options{PublicURL: public})
-	b := startWith(t, servertest.Options{Store: "sqlite:" + filepath.Join(a.dir, "sombus.db"), Clock: a.Clock, PublicURL: public})
+	// Two nodes share a store only on PostgreSQL: the embedded store
+	// refuses a second process (or store) on its file.
+	storeURL := pgtest.URL(t)
+	a := startWith(t, servertest.Options{Store: storeURL, PublicURL: public})
+	b := startWith(t, servertest.Options{Store: storeURL, Clock: a.Clock, PublicURL: public})
 	ws := a.workspace(t, opKey, "two nodes")
 	c := a.connection(t, ws, "consumer", nil)
 	s := a.issue(t, ws, c.ID)
