@@ -57,23 +57,23 @@ const pollBootstrapKey = "sbk_poll-load-bootstrap-key-0123456789abcdef"
 
 // pollResult is one count's figures.
 type pollResult struct {
-	Polls, Queues       int
-	SetupSeconds        float64 // creating the consumers and their tokens
-	OpenSeconds         float64 // from the first poll sent to all waiting
-	RSSMiB              float64
-	HeapMiB, StackMiB   float64
-	Goroutines          float64
-	QuietCPU            float64 // % of a core, every poll waiting
-	QuietSeconds        float64
-	QuietAnswers        int64 // poll answers during the quiet window (0 expected)
-	SteadyCPU           float64 // % of a core over 20 s with one re-issue each
-	SteadyAnswers       int64
-	P50, P99, Max       float64 // ms, publish sent → poll answered
-	PublishP50          float64 // ms, the publish request alone
-	Samples             int
-	StopSeconds         float64
-	Errors              int64
-	FirstError          string
+	Polls, Queues     int
+	SetupSeconds      float64 // creating the consumers and their tokens
+	OpenSeconds       float64 // from the first poll sent to all waiting
+	RSSMiB            float64
+	HeapMiB, StackMiB float64
+	Goroutines        float64
+	QuietCPU          float64 // % of a core, every poll waiting
+	QuietSeconds      float64
+	QuietAnswers      int64   // poll answers during the quiet window (0 expected)
+	SteadyCPU         float64 // % of a core over 20 s with one re-issue each
+	SteadyAnswers     int64
+	P50, P99, Max     float64 // ms, publish sent → poll answered
+	PublishP50        float64 // ms, the publish request alone
+	Samples           int
+	StopSeconds       float64
+	Errors            int64
+	FirstError        string
 }
 
 func envInt(t *testing.T, name string, def int) int {
