@@ -141,6 +141,7 @@ func TestLongPollLoad(t *testing.T) {
 
 // pollNode is the `sombus serve` process under load.
 type pollNode struct {
+	key    string // the bootstrap operator's API key
 	cmd    *exec.Cmd
 	url    string
 	exited chan error
@@ -164,7 +165,7 @@ func startPollNode(t *testing.T, bin string) *pollNode {
 			t.Fatal(err)
 		}
 		exited := make(chan error, 1)
-		n := &pollNode{cmd: cmd, url: "http://" + addr, exited: exited,
+		n := &pollNode{key: pollBootstrapKey, cmd: cmd, url: "http://" + addr, exited: exited,
 			http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 		go func() { exited <- cmd.Wait(); lw.Stop() }()
 		deadline := time.Now().Add(30 * time.Second)
@@ -253,13 +254,13 @@ func (n *pollNode) connection(ctx context.Context, ws string, body map[string]an
 	var c struct {
 		ID string `json:"id"`
 	}
-	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections", pollBootstrapKey, body, &c, 201); err != nil {
+	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections", n.key, body, &c, 201); err != nil {
 		return "", "", err
 	}
 	var s struct {
 		ClientSecret string `json:"client_secret"`
 	}
-	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections/"+c.ID+"/secret", pollBootstrapKey, nil, &s, 201); err != nil {
+	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections/"+c.ID+"/secret", n.key, nil, &s, 201); err != nil {
 		return "", "", err
 	}
 	tok, err = n.token(ctx, c.ID, s.ClientSecret)
@@ -284,7 +285,7 @@ func makeQueues(ctx context.Context, n *pollNode, count int) ([]pollQueue, error
 		var w struct {
 			ID string `json:"id"`
 		}
-		if err := n.call(ctx, "POST", "/v1/manage/workspaces", pollBootstrapKey, map[string]any{"name": fmt.Sprintf("polls-%d", i)}, &w, 201); err != nil {
+		if err := n.call(ctx, "POST", "/v1/manage/workspaces", n.key, map[string]any{"name": fmt.Sprintf("polls-%d", i)}, &w, 201); err != nil {
 			return err
 		}
 		_, tok, err := n.connection(ctx, w.ID, map[string]any{"kind": "producer", "name": "producer", "quota_tier": unlimited})
