@@ -68,6 +68,9 @@ type pollResult struct {
 	QuietAnswers      int64   // poll answers during the quiet window (0 expected)
 	SteadyCPU         float64 // % of a core over 20 s with one re-issue each
 	SteadyAnswers     int64
+	IdleSlices        int     // 1 s slices of the steady state without an answer
+	IdleSliceCPU      float64 // % of a core in those slices
+	RSSEndMiB         float64 // RSS at the end of the steady state
 	P50, P99, Max     float64 // ms, publish sent → poll answered
 	PublishP50        float64 // ms, the publish request alone
 	Samples           int
@@ -132,9 +135,14 @@ func TestLongPollLoad(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-7s %-7s %-8s %-8s %-8s %-8s %-10s %-11s %-11s %-9s %-9s %-8s %-7s\n",
 		"polls", "queues", "setup_s", "RSS_MiB", "heap", "stacks", "goroutines", "quietCPU%", "steadyCPU%", "p50_ms", "p99_ms", "stop_s", "errors")
+	fmt.Fprintf(&b, "(quietCPU: every poll waiting, none answered; when opening took longer than the wait, the mean of 1-s slices without answers, marked *)\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "%-7d %-7d %-8.1f %-8.1f %-8.1f %-8.1f %-10.0f %-11.1f %-11.1f %-9.2f %-9.2f %-8.2f %-7d\n",
-			r.Polls, r.Queues, r.SetupSeconds, r.RSSMiB, r.HeapMiB, r.StackMiB, r.Goroutines, r.QuietCPU, r.SteadyCPU, r.P50, r.P99, r.StopSeconds, r.Errors)
+		quiet := fmt.Sprintf("%.1f", r.QuietCPU)
+		if r.QuietSeconds == 0 && r.IdleSlices > 0 {
+			quiet = fmt.Sprintf("%.1f*", r.IdleSliceCPU)
+		}
+		fmt.Fprintf(&b, "%-7d %-7d %-8.1f %-8.1f %-8.1f %-8.1f %-10.0f %-11s %-11.1f %-9.2f %-9.2f %-8.2f %-7d\n",
+			r.Polls, r.Queues, r.SetupSeconds, r.RSSMiB, r.HeapMiB, r.StackMiB, r.Goroutines, quiet, r.SteadyCPU, r.P50, r.P99, r.StopSeconds, r.Errors)
 	}
 	t.Log(b.String())
 }
@@ -441,6 +449,13 @@ func (n *pollNode) nodeMetrics(ctx context.Context, names ...string) map[string]
 	return out
 }
 
+func must(v int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 // cpuOver is the node's CPU in % of a core over d.
 func cpuOver(pid int, d time.Duration) float64 {
 	c0, _ := procCPU(pid)
@@ -515,12 +530,28 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.HeapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
 	res.StackMiB = m["go_memstats_stack_inuse_bytes"] / (1 << 20)
 	res.Goroutines = m["go_goroutines"]
-	a0 := l.answers.Load()
-	res.SteadyCPU = cpuOver(pid, 20*time.Second)
+	// The steady state, in 1 s slices: the slices in which no poll was
+	// answered show the cost of waiting alone when the quiet window could
+	// not be had (opening the polls took longer than their wait).
+	a0, c0, s0 := l.answers.Load(), must(procCPU(pid)), time.Now()
+	var idleTicks int64
+	for range 20 {
+		a, c := l.answers.Load(), must(procCPU(pid))
+		time.Sleep(time.Second)
+		if l.answers.Load() == a {
+			idleTicks += must(procCPU(pid)) - c
+			res.IdleSlices++
+		}
+	}
 	res.SteadyAnswers = l.answers.Load() - a0
-	res.RSSMiB = max(res.RSSMiB, procRSS(pid))
-	t.Logf("RSS %.1f MiB, heap %.1f MiB, stacks %.1f MiB, %0.f goroutines; CPU quiet %.1f%% over %.1fs (%d answers), steady %.1f%% (%d answers)",
-		res.RSSMiB, res.HeapMiB, res.StackMiB, res.Goroutines, res.QuietCPU, res.QuietSeconds, res.QuietAnswers, res.SteadyCPU, res.SteadyAnswers)
+	res.SteadyCPU = float64(must(procCPU(pid))-c0) / time.Since(s0).Seconds()
+	if res.IdleSlices > 0 {
+		res.IdleSliceCPU = float64(idleTicks) / float64(res.IdleSlices)
+	}
+	res.RSSEndMiB = procRSS(pid)
+	res.RSSMiB = max(res.RSSMiB, res.RSSEndMiB)
+	t.Logf("RSS %.1f MiB (%.1f MiB after the steady state), heap %.1f MiB, stacks %.1f MiB, %0.f goroutines; CPU quiet %.1f%% over %.1fs (%d answers), steady %.1f%% (%d answers; %d 1-s slices without answers at %.1f%%)",
+		res.RSSMiB, res.RSSEndMiB, res.HeapMiB, res.StackMiB, res.Goroutines, res.QuietCPU, res.QuietSeconds, res.QuietAnswers, res.SteadyCPU, res.SteadyAnswers, res.IdleSlices, res.IdleSliceCPU)
 
 	// Publish → answer.
 	var mu sync.Mutex
