@@ -386,9 +386,13 @@ func (l *pollLoad) poll(ctx context.Context, c net.Conn, q pollQueue, wait int) 
 			l.fail(fmt.Errorf("send ack: %w", err))
 			return
 		}
-		if status, body, err := readAnswer(br); err != nil || status != 200 {
-			l.fail(fmt.Errorf("ack: %d %v %.200s", status, err, body))
+		status, body, err = readAnswer(br)
+		if err != nil {
+			l.fail(fmt.Errorf("read ack answer: %w", err))
 			return
+		}
+		if status != 200 {
+			l.fail(fmt.Errorf("ack: status %d: %.200s", status, body))
 		}
 	}
 }
