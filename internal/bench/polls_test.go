@@ -26,6 +26,10 @@ package bench
 //     random queue, 4 publishers one after another, and measures from
 //     sending the publish to the poll's answer arriving (p50/p99);
 //  5. stops the node with SIGTERM and reports how long it took.
+//
+// SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
+// measuring (past the runtime's forced GC, every 2 minutes); there is no
+// quiet window then, only the steady state's slices without answers.
 
 import (
 	"bufio"
@@ -89,6 +93,18 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n
+}
+
+func envDuration(t *testing.T, name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want a duration such as 150s", name, v)
+	}
+	return d
 }
 
 func TestLongPollLoad(t *testing.T) {
@@ -519,6 +535,13 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.OpenSeconds = time.Since(firstSent).Seconds()
 	t.Logf("%0.f of %d polls waiting %.1fs after the first was sent (errors %d)", waiting, polls, res.OpenSeconds, l.errors.Load())
 
+	if settle := envDuration(t, "SOMBUS_POLLS_SETTLE"); settle > 0 {
+		// Let the node run its periodic work (a forced GC every 2 min
+		// shrinks stacks and frees what the opening left behind).
+		t.Logf("settling for %s (RSS now %.1f MiB)", settle, procRSS(pid))
+		time.Sleep(settle)
+		firstSent = time.Now().Add(-time.Duration(wait) * time.Second) // no quiet window after a settle
+	}
 	// The quiet window: every poll waits, none is due to expire.
 	time.Sleep(time.Second)
 	if quiet := time.Until(firstSent.Add(time.Duration(wait)*time.Second - time.Second)); quiet >= 3*time.Second {
