@@ -8,7 +8,8 @@ package bench
 //
 // The node is a `sombus serve` process built from this tree (or the
 // binary SOMBUS_POLLS_BIN names, to compare two builds) on a SQLite file in
-// a temporary directory (SOMBUS_BENCH_DIR picks where), without the
+// a temporary directory (SOMBUS_BENCH_DIR picks where; SOMBUS_POLLS_STORE
+// gives another --store, such as an empty PostgreSQL database), without the
 // per-address connection cap. For each count it
 //
 //  1. creates the consumers (SOMBUS_POLLS_PER_QUEUE polls share a queue,
@@ -178,10 +179,14 @@ func startPollNode(t *testing.T, bin string) *pollNode {
 		dir, _ = os.MkdirTemp(d, "sombus-polls-")
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	}
+	store := "sqlite:" + filepath.Join(dir, "sombus.db")
+	if s := os.Getenv("SOMBUS_POLLS_STORE"); s != "" {
+		store = s
+	}
 	for try := 1; ; try++ {
 		addr := servertest.FreeAddr(t)
 		cmd := exec.CommandContext(context.Background(), bin, "serve", //nolint:gosec // our own binary
-			"--listen", addr, "--store", "sqlite:"+filepath.Join(dir, "sombus.db"), "--bootstrap-key", pollBootstrapKey,
+			"--listen", addr, "--store", store, "--bootstrap-key", pollBootstrapKey,
 			"--max-conns-per-address", "0", "--log-format", "text", "--log-level", "warn")
 		lw := servertest.NewProcessLog(t, "node")
 		cmd.Stdout, cmd.Stderr = lw, lw
