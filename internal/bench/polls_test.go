@@ -543,7 +543,9 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	if settle := envDuration(t, "SOMBUS_POLLS_SETTLE"); settle > 0 {
 		// Let the node run its periodic work (a forced GC every 2 min
 		// shrinks stacks and frees what the opening left behind).
-		t.Logf("settling for %s (RSS now %.1f MiB)", settle, procRSS(pid))
+		m := node.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
+		t.Logf("settling for %s (now RSS %.1f MiB, heap %.1f MiB, stacks %.1f MiB)", settle, procRSS(pid),
+			m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20))
 		time.Sleep(settle)
 		firstSent = time.Now().Add(-time.Duration(wait) * time.Second) // no quiet window after a settle
 	}
