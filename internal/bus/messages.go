@@ -82,9 +82,56 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		// Register for a wake-up before looking, so a publish landing between
 		// the look and the wait is not missed.
 		woken, cancel := s.notifier.Wait(r.QueueID)
-		ds, done, err := s.look(ctx, &r, cancel)
-		if done || err != nil {
-			return ds, err
+		if ctx.Err() != nil {
+			s.passOn(r.QueueID, cancel)
+			return nil, nil // the client has gone: take nothing for it
+		}
+		now := s.clock.Now()
+		res, err := s.store.MessageReceive(ctx, &ReceiveParams{
+			QueueID: r.QueueID, Max: r.Max, Visibility: r.Visibility,
+			AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
+		})
+		if err != nil {
+			s.passOn(r.QueueID, cancel)
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			if IsUnavailable(err) {
+				s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
+				return nil, Unavailable(RuleQueueUnavailable)
+			}
+			return nil, fmt.Errorf("receive: %w", err) // a fault: 500
+		}
+		s.metrics.DeadLettered(res.DeadLettered)
+		for _, q := range res.Woken {
+			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
+		}
+		if !res.NextVisibleAt.IsZero() {
+			// Release delays and visibility timeouts send no wake-up: the
+			// queue's timer wakes a waiter when the earliest story becomes
+			// visible again.
+			s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
+		}
+		if len(res.Deliveries) > 0 {
+			s.metrics.Delivered(len(res.Deliveries))
+			// What we take becomes visible again when its visibility runs
+			// out unless acknowledged: a waiter should look then.
+			s.notifier.WakeAfter(r.QueueID, r.Visibility)
+			// A wake that reached us while we were claiming, or a full batch
+			// (more may be ready), is passed on to the next waiter.
+			if cancel() || len(res.Deliveries) == r.Max {
+				s.notifier.Notify(r.QueueID, 1)
+			}
+			if ctx.Err() != nil {
+				// The client went away while we claimed: give them back at once.
+				s.releaseDeliveries(res.Deliveries, r.QueueID)
+				return nil, nil
+			}
+			return res.Deliveries, nil
+		}
+		if res.Replayed {
+			s.passOn(r.QueueID, cancel)
+			return nil, nil // a retried attempt takes nothing new: answer at once
 		}
 		if deadline == nil {
 			if r.Wait <= 0 {
@@ -97,81 +144,25 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		// message ready, another node's notice, or the queue's timer for
 		// its next visible message. Nothing is read from the store until
 		// then; when the wait runs out the answer is empty at once (the
-		// client's next receive looks again). The waiting goroutine's stack
-		// is what a held poll costs most: look keeps the store call's
-		// frame off it.
+		// client's next receive looks again).
 		s.metrics.LongPollWaiting(1)
 		select {
 		case <-woken:
 			s.metrics.LongPollWaiting(-1)
-			continue
 		case <-deadline.C:
+			s.metrics.LongPollWaiting(-1)
+			s.passOn(r.QueueID, cancel)
+			return nil, nil
 		case <-ctx.Done():
+			s.metrics.LongPollWaiting(-1)
+			s.passOn(r.QueueID, cancel)
+			return nil, nil
 		case <-s.stopping:
+			s.metrics.LongPollWaiting(-1)
+			s.passOn(r.QueueID, cancel)
+			return nil, nil
 		}
-		s.metrics.LongPollWaiting(-1)
-		s.passOn(r.QueueID, cancel)
-		return nil, nil
 	}
-}
-
-// look is one receive of a long poll registered with cancel: done is true
-// when the poll answers with ds (or err), false when it is to wait.
-//
-//go:noinline
-func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() bool) (ds []Delivery, done bool, err error) {
-	if ctx.Err() != nil {
-		s.passOn(r.QueueID, cancel)
-		return nil, true, nil // the client has gone: take nothing for it
-	}
-	now := s.clock.Now()
-	res, err := s.store.MessageReceive(ctx, &ReceiveParams{
-		QueueID: r.QueueID, Max: r.Max, Visibility: r.Visibility,
-		AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
-	})
-	if err != nil {
-		s.passOn(r.QueueID, cancel)
-		if ctx.Err() != nil {
-			return nil, true, nil
-		}
-		if IsUnavailable(err) {
-			s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
-			return nil, true, Unavailable(RuleQueueUnavailable)
-		}
-		return nil, true, fmt.Errorf("receive: %w", err) // a fault: 500
-	}
-	s.metrics.DeadLettered(res.DeadLettered)
-	for _, q := range res.Woken {
-		s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
-	}
-	if !res.NextVisibleAt.IsZero() {
-		// Release delays and visibility timeouts send no wake-up: the
-		// queue's timer wakes a waiter when the earliest story becomes
-		// visible again.
-		s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
-	}
-	if len(res.Deliveries) > 0 {
-		s.metrics.Delivered(len(res.Deliveries))
-		// What we take becomes visible again when its visibility runs
-		// out unless acknowledged: a waiter should look then.
-		s.notifier.WakeAfter(r.QueueID, r.Visibility)
-		// A wake that reached us while we were claiming, or a full batch
-		// (more may be ready), is passed on to the next waiter.
-		if cancel() || len(res.Deliveries) == r.Max {
-			s.notifier.Notify(r.QueueID, 1)
-		}
-		if ctx.Err() != nil {
-			// The client went away while we claimed: give them back at once.
-			s.releaseDeliveries(res.Deliveries, r.QueueID)
-			return nil, true, nil
-		}
-		return res.Deliveries, true, nil
-	}
-	if res.Replayed {
-		s.passOn(r.QueueID, cancel)
-		return nil, true, nil // a retried attempt takes nothing new: answer at once
-	}
-	return nil, false, nil
 }
 
 // passOn deregisters a waiter that is done; if a wake-up had already picked
