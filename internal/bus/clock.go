@@ -20,8 +20,27 @@ func (SystemClock) Now() time.Time { return time.Now().UTC().Truncate(time.Milli
 
 // ManualClock is a Clock that moves only when told to. Safe for concurrent use.
 type ManualClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	onMove []func()
+}
+
+// OnMove calls f after every Advance and Set (a service wakes its long
+// polls, whose timers run on real time, to look again).
+func (c *ManualClock) OnMove(f func()) {
+	c.mu.Lock()
+	c.onMove = append(c.onMove, f)
+	c.mu.Unlock()
+}
+
+// moved calls the OnMove functions.
+func (c *ManualClock) moved() {
+	c.mu.Lock()
+	fs := c.onMove
+	c.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // NewManualClock starts a manual clock at t.
@@ -41,6 +60,7 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+	c.moved()
 }
 
 // Set moves the clock to t.
@@ -48,4 +68,5 @@ func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.t = t.UTC().Truncate(time.Millisecond)
 	c.mu.Unlock()
+	c.moved()
 }

@@ -72,7 +72,13 @@ type ReceiveRequest struct {
 // reached the answer is the 503 consumer.queue_unavailable refusal; any
 // other store error is returned wrapped, a fault of the server.
 func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, error) {
-	deadline := time.Now().Add(r.Wait)
+	// One timer for the whole wait, made when the first look finds nothing.
+	var deadline *time.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
 	for {
 		// Register for a wake-up before looking, so a publish landing between
 		// the look and the wait is not missed.
@@ -101,8 +107,17 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		for _, q := range res.Woken {
 			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
 		}
+		if !res.NextVisibleAt.IsZero() {
+			// Release delays and visibility timeouts send no wake-up: the
+			// queue's timer wakes a waiter when the earliest story becomes
+			// visible again.
+			s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
+		}
 		if len(res.Deliveries) > 0 {
 			s.metrics.Delivered(len(res.Deliveries))
+			// What we take becomes visible again when its visibility runs
+			// out unless acknowledged: a waiter should look then.
+			s.notifier.WakeAfter(r.QueueID, r.Visibility)
 			// A wake that reached us while we were claiming, or a full batch
 			// (more may be ready), is passed on to the next waiter.
 			if cancel() || len(res.Deliveries) == r.Max {
@@ -119,38 +134,35 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			s.passOn(r.QueueID, cancel)
 			return nil, nil // a retried attempt takes nothing new: answer at once
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			s.passOn(r.QueueID, cancel)
-			return nil, nil
-		}
-		wait := min(left, s.cfg.PollFallback)
-		if !res.NextVisibleAt.IsZero() {
-			// Sleep until the earliest story becomes visible again (release
-			// delays and visibility timeouts send no wake-up).
-			if d := res.NextVisibleAt.Sub(now); d < wait {
-				wait = max(d, time.Millisecond)
+		if deadline == nil {
+			if r.Wait <= 0 {
+				s.passOn(r.QueueID, cancel)
+				return nil, nil
 			}
+			deadline = time.NewTimer(r.Wait)
 		}
-		t := time.NewTimer(wait)
+		// Wait for a wake-up: a publish, an ack or release that made a
+		// message ready, another node's notice, or the queue's timer for
+		// its next visible message. Nothing is read from the store until
+		// then; when the wait runs out the answer is empty at once (the
+		// client's next receive looks again).
 		s.metrics.LongPollWaiting(1)
 		select {
 		case <-woken:
-		case <-t.C:
-			cancel() // look again either way
+			s.metrics.LongPollWaiting(-1)
+		case <-deadline.C:
+			s.metrics.LongPollWaiting(-1)
+			s.passOn(r.QueueID, cancel)
+			return nil, nil
 		case <-ctx.Done():
 			s.metrics.LongPollWaiting(-1)
-			t.Stop()
 			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		case <-s.stopping:
 			s.metrics.LongPollWaiting(-1)
-			t.Stop()
 			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		}
-		s.metrics.LongPollWaiting(-1)
-		t.Stop()
 	}
 }
 
@@ -268,6 +280,10 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 			s.metrics.Acked(settled)
 		}
 		s.notifier.Notify(queueID, woke)
+		if nack && delay > 0 && settled > 0 {
+			// Released with a delay: visible again then, with no wake-up.
+			s.notifier.WakeAfter(queueID, delay)
+		}
 	}
 	return out, nil
 }

@@ -1,6 +1,9 @@
 package bus
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // WakeAll asks Notify to wake every waiter of a queue.
 const WakeAll = int(^uint(0) >> 1)
@@ -14,13 +17,65 @@ const WakeAll = int(^uint(0) >> 1)
 // that wakes, fills a whole batch and so may have left messages behind
 // passes the wake on (Receive does), as does one that woke but cannot take
 // messages any more (its client went away).
+//
+// A message that becomes visible again by time (its visibility timeout or
+// a release delay ran out) sends no wake-up; WakeAfter keeps one timer a
+// queue for the earliest such time, so that waiters are woken then without
+// reading the store in between.
 type Notifier struct {
 	mu      sync.Mutex
 	waiters map[string][]chan struct{}
+	timers  map[string]*wakeTimer
+}
+
+// wakeTimer is a queue's pending WakeAfter.
+type wakeTimer struct {
+	at time.Time // when it fires (the monotonic clock)
+	t  *time.Timer
 }
 
 // NewNotifier returns an empty notifier.
-func NewNotifier() *Notifier { return &Notifier{waiters: make(map[string][]chan struct{})} }
+func NewNotifier() *Notifier {
+	return &Notifier{waiters: make(map[string][]chan struct{}), timers: make(map[string]*wakeTimer)}
+}
+
+// WakeAfter wakes one waiter of queueID d from now, when a message of it
+// becomes visible again; a queue has one timer, for its earliest such
+// time. The waiter it wakes passes the wake on when it takes a whole batch
+// or cannot take messages, as after a Notify; one that finds nothing yet
+// sets the next time itself.
+func (n *Notifier) WakeAfter(queueID string, d time.Duration) {
+	d = max(d, time.Millisecond)
+	at := time.Now().Add(d)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if wt, ok := n.timers[queueID]; ok {
+		if !wt.at.After(at) {
+			return // an earlier wake-up is set: the waiter it wakes sets the next
+		}
+		wt.t.Stop()
+	}
+	wt := &wakeTimer{at: at}
+	wt.t = time.AfterFunc(d, func() {
+		n.mu.Lock()
+		if n.timers[queueID] == wt {
+			delete(n.timers, queueID)
+		}
+		n.mu.Unlock()
+		n.Notify(queueID, 1)
+	})
+	n.timers[queueID] = wt
+}
+
+// Stop stops the pending WakeAfter timers.
+func (n *Notifier) Stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for q, wt := range n.timers {
+		wt.t.Stop()
+		delete(n.timers, q)
+	}
+}
 
 // Wait registers a waiter of queueID. The channel is closed when a Notify
 // picks this waiter; cancel deregisters it (call it when done waiting) and
@@ -68,6 +123,19 @@ func (n *Notifier) Notify(queueID string, count int) {
 	n.mu.Unlock()
 	for _, ch := range picked {
 		close(ch)
+	}
+}
+
+// WakeEveryone wakes every waiter of every queue.
+func (n *Notifier) WakeEveryone() {
+	n.mu.Lock()
+	all := n.waiters
+	n.waiters = make(map[string][]chan struct{})
+	n.mu.Unlock()
+	for _, ws := range all {
+		for _, ch := range ws {
+			close(ch)
+		}
 	}
 }
 

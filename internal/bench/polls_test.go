@@ -1,0 +1,647 @@
+package bench
+
+// TestLongPollLoad holds N long polls on one node, each on its own TCP
+// connection, and measures what the node spends while they wait. It runs
+// only when SOMBUS_POLLS names the counts:
+//
+//	SOMBUS_POLLS=1000,5000,10000 go test -run TestLongPollLoad -v -timeout 60m ./internal/bench/
+//
+// The node is a `sombus serve` process built from this tree (or the
+// binary SOMBUS_POLLS_BIN names, to compare two builds) on a SQLite file in
+// a temporary directory (SOMBUS_BENCH_DIR picks where; SOMBUS_POLLS_STORE
+// gives another --store, such as an empty PostgreSQL database), without the
+// per-address connection cap. For each count it
+//
+//  1. creates the consumers (SOMBUS_POLLS_PER_QUEUE polls share a queue,
+//     default 1: every poll has its own consumer), 100 to a workspace with
+//     one producer, each consumer subscribed to its own topic, and reports
+//     how long that took;
+//  2. opens the polls (raw HTTP/1.1 on one connection each, wait=20 unless
+//     SOMBUS_POLLS_WAIT, re-issued as soon as answered) and waits until the
+//     node's sombus_long_polls_waiting gauge counts them all;
+//  3. reads the node's CPU (/proc/PID/stat utime+stime) over the quiet
+//     window (every poll waiting, none due to expire) and then over 20 s of
+//     steady state (each poll expires and is re-issued once in it), and its
+//     RSS (/proc/PID/status VmRSS) and Go heap and stacks (/metrics);
+//  4. publishes SOMBUS_POLLS_SAMPLES (default 300) messages, each to a
+//     random queue, 4 publishers one after another, and measures from
+//     sending the publish to the poll's answer arriving (p50/p99);
+//  5. stops the node with SIGTERM and reports how long it took.
+//
+// SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
+// measuring (past the runtime's forced GC, every 2 minutes); there is no
+// quiet window then, only the steady state's slices without answers.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/server/servertest"
+)
+
+const pollBootstrapKey = "sbk_poll-load-bootstrap-key-0123456789abcdef"
+
+// pollResult is one count's figures.
+type pollResult struct {
+	Polls, Queues     int
+	SetupSeconds      float64 // creating the consumers and their tokens
+	OpenSeconds       float64 // from the first poll sent to all waiting
+	RSSMiB            float64
+	HeapMiB, StackMiB float64
+	Goroutines        float64
+	QuietCPU          float64 // % of a core, every poll waiting
+	QuietSeconds      float64
+	QuietAnswers      int64   // poll answers during the quiet window (0 expected)
+	SteadyCPU         float64 // % of a core over 20 s with one re-issue each
+	SteadyAnswers     int64
+	IdleSlices        int     // 1 s slices of the steady state without an answer
+	IdleSliceCPU      float64 // % of a core in those slices
+	RSSEndMiB         float64 // RSS at the end of the steady state
+	P50, P99, Max     float64 // ms, publish sent → poll answered
+	PublishP50        float64 // ms, the publish request alone
+	Samples           int
+	StopSeconds       float64
+	Errors            int64
+	FirstError        string
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want a duration such as 150s", name, v)
+	}
+	return d
+}
+
+func TestLongPollLoad(t *testing.T) {
+	spec := os.Getenv("SOMBUS_POLLS")
+	if spec == "" {
+		t.Skip("set SOMBUS_POLLS=1000,5000,10000 to run the long-poll load")
+	}
+	var counts []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			t.Fatalf("SOMBUS_POLLS=%q: want counts such as 1000,5000,10000", spec)
+		}
+		counts = append(counts, n)
+	}
+	perQueue := envInt(t, "SOMBUS_POLLS_PER_QUEUE", 1)
+	// Each poll holds a descriptor here and one in the node (a child: it
+	// inherits the limit).
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	t.Logf("open file limit %d", lim.Cur)
+	bin := os.Getenv("SOMBUS_POLLS_BIN")
+	if bin == "" {
+		b, remove, err := servertest.BuildSombus()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(remove)
+		bin = b
+	}
+	var results []pollResult
+	for _, n := range counts {
+		t.Run(fmt.Sprintf("polls=%d", n), func(t *testing.T) {
+			r := runPollLoad(t, bin, n, perQueue)
+			results = append(results, r)
+			j, _ := json.Marshal(r)
+			t.Logf("result %s", j)
+		})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-7s %-7s %-8s %-8s %-8s %-8s %-10s %-11s %-11s %-9s %-9s %-8s %-7s\n",
+		"polls", "queues", "setup_s", "RSS_MiB", "heap", "stacks", "goroutines", "quietCPU%", "steadyCPU%", "p50_ms", "p99_ms", "stop_s", "errors")
+	fmt.Fprintf(&b, "(quietCPU: every poll waiting, none answered; when opening took longer than the wait, the mean of 1-s slices without answers, marked *)\n")
+	for _, r := range results {
+		quiet := fmt.Sprintf("%.1f", r.QuietCPU)
+		if r.QuietSeconds == 0 && r.IdleSlices > 0 {
+			quiet = fmt.Sprintf("%.1f*", r.IdleSliceCPU)
+		}
+		fmt.Fprintf(&b, "%-7d %-7d %-8.1f %-8.1f %-8.1f %-8.1f %-10.0f %-11s %-11.1f %-9.2f %-9.2f %-8.2f %-7d\n",
+			r.Polls, r.Queues, r.SetupSeconds, r.RSSMiB, r.HeapMiB, r.StackMiB, r.Goroutines, quiet, r.SteadyCPU, r.P50, r.P99, r.StopSeconds, r.Errors)
+	}
+	t.Log(b.String())
+}
+
+// pollNode is the `sombus serve` process under load.
+type pollNode struct {
+	key    string // the bootstrap operator's API key
+	cmd    *exec.Cmd
+	url    string
+	exited chan error
+	http   *http.Client
+}
+
+func startPollNode(t *testing.T, bin string) *pollNode {
+	dir := t.TempDir()
+	if d := os.Getenv("SOMBUS_BENCH_DIR"); d != "" {
+		dir, _ = os.MkdirTemp(d, "sombus-polls-")
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
+	store := "sqlite:" + filepath.Join(dir, "sombus.db")
+	if s := os.Getenv("SOMBUS_POLLS_STORE"); s != "" {
+		store = s
+	}
+	for try := 1; ; try++ {
+		addr := servertest.FreeAddr(t)
+		cmd := exec.CommandContext(context.Background(), bin, "serve", //nolint:gosec // our own binary
+			"--listen", addr, "--store", store, "--bootstrap-key", pollBootstrapKey,
+			"--max-conns-per-address", "0", "--log-format", "text", "--log-level", "warn")
+		lw := servertest.NewProcessLog(t, "node")
+		cmd.Stdout, cmd.Stderr = lw, lw
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		n := &pollNode{key: pollBootstrapKey, cmd: cmd, url: "http://" + addr, exited: exited,
+			http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+		go func() { exited <- cmd.Wait(); lw.Stop() }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			select {
+			case err := <-n.exited:
+				if try == 3 {
+					t.Fatalf("node exited before it was ready: %v", err)
+				}
+				n = nil
+			default:
+			}
+			if n == nil {
+				break
+			}
+			resp, err := n.http.Get(n.url + "/readyz")
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return n
+				}
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				t.Fatal("node not ready within 30s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// stop sends SIGTERM and returns how long the node took to exit.
+func (n *pollNode) stop(t *testing.T) time.Duration {
+	t0 := time.Now()
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(60 * time.Second):
+		t.Errorf("node did not stop within 60s of SIGTERM; killing it")
+		_ = n.cmd.Process.Kill()
+		<-n.exited
+	}
+	return time.Since(t0)
+}
+
+// call sends a JSON request and decodes a JSON answer of status want.
+func (n *pollNode) call(ctx context.Context, method, path, bearer string, body, out any, want int) error {
+	r, err := servertest.Call(ctx, n.http, n.url, method, path, bearer, body)
+	if err != nil {
+		return err
+	}
+	if r.Status != want {
+		return fmt.Errorf("%s %s: status %d: %.300s", method, path, r.Status, r.Body)
+	}
+	if out != nil {
+		return json.Unmarshal(r.Body, out)
+	}
+	return nil
+}
+
+func (n *pollNode) token(ctx context.Context, id, secret string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", n.url+"/v1/oauth/token",
+		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(id, secret)
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var tr struct {
+		AccessToken string `json:"access_token"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || json.Unmarshal(b, &tr) != nil {
+		return "", fmt.Errorf("token: %d %.300s", resp.StatusCode, b)
+	}
+	return tr.AccessToken, nil
+}
+
+// connection creates a connection with a secret and a token.
+func (n *pollNode) connection(ctx context.Context, ws string, body map[string]any) (id, tok string, err error) {
+	var c struct {
+		ID string `json:"id"`
+	}
+	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections", n.key, body, &c, 201); err != nil {
+		return "", "", err
+	}
+	var s struct {
+		ClientSecret string `json:"client_secret"`
+	}
+	if err := n.call(ctx, "POST", "/v1/manage/workspaces/"+ws+"/connections/"+c.ID+"/secret", n.key, nil, &s, 201); err != nil {
+		return "", "", err
+	}
+	tok, err = n.token(ctx, c.ID, s.ClientSecret)
+	return c.ID, tok, err
+}
+
+// pollQueue is one consumer's queue and the producer that reaches it.
+type pollQueue struct {
+	ws, consumer, consumerTok, producerTok, messageType string
+}
+
+const consumersPerWorkspace = 100
+
+// makeQueues creates the workspaces, producers and consumers, 8 at a time.
+func makeQueues(ctx context.Context, n *pollNode, count int) ([]pollQueue, error) {
+	qs := make([]pollQueue, count)
+	wsCount := (count + consumersPerWorkspace - 1) / consumersPerWorkspace
+	type wsInfo struct{ id, producerTok string }
+	wss := make([]wsInfo, wsCount)
+	unlimited := "unlimited"
+	if err := split(wsCount, 8, func(i int) error {
+		var w struct {
+			ID string `json:"id"`
+		}
+		if err := n.call(ctx, "POST", "/v1/manage/workspaces", n.key, map[string]any{"name": fmt.Sprintf("polls-%d", i)}, &w, 201); err != nil {
+			return err
+		}
+		_, tok, err := n.connection(ctx, w.ID, map[string]any{"kind": "producer", "name": "producer", "quota_tier": unlimited})
+		wss[i] = wsInfo{w.ID, tok}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	err := split(count, 8, func(i int) error {
+		w := wss[i/consumersPerWorkspace]
+		mt := fmt.Sprintf("poll.q%d", i)
+		id, tok, err := n.connection(ctx, w.id, map[string]any{"kind": "consumer", "name": fmt.Sprintf("consumer %d", i), "quota_tier": unlimited,
+			"subscriptions": []map[string]any{{"topic": "som." + mt}}})
+		qs[i] = pollQueue{ws: w.id, consumer: id, consumerTok: tok, producerTok: w.producerTok, messageType: mt}
+		return err
+	})
+	return qs, err
+}
+
+// pollLoad is the client side: the polls and what they saw.
+type pollLoad struct {
+	host      string
+	answers   atomic.Int64 // poll answers, empty or not
+	errors    atomic.Int64
+	firstErr  atomic.Value
+	published sync.Map // message id → chan time.Time (when its poll answered)
+	conns     sync.WaitGroup
+}
+
+func (l *pollLoad) fail(err error) {
+	l.errors.Add(1)
+	l.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+// poll runs one long poll on its own connection until ctx ends, re-issuing
+// it when answered; it acknowledges what it receives.
+func (l *pollLoad) poll(ctx context.Context, c net.Conn, q pollQueue, wait int) {
+	defer l.conns.Done()
+	br := bufio.NewReaderSize(c, 2048)
+	base := "/v1/tenants/" + q.ws + "/consumers/" + q.consumer
+	get := []byte(fmt.Sprintf("GET %s/messages?max=10&wait=%d HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", base, wait, l.host, q.consumerTok))
+	var out struct {
+		Messages []struct {
+			ReceiptHandle string `json:"receipt_handle"`
+			Envelope      struct {
+				MessageID string `json:"message_id"`
+			} `json:"envelope"`
+		} `json:"messages"`
+	}
+	for ctx.Err() == nil {
+		if _, err := c.Write(get); err != nil {
+			if ctx.Err() == nil {
+				l.fail(fmt.Errorf("send poll: %w", err))
+			}
+			return
+		}
+		status, body, err := readAnswer(br)
+		at := time.Now()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.fail(fmt.Errorf("read poll answer: %w", err))
+			}
+			return
+		}
+		l.answers.Add(1)
+		if status != 200 {
+			l.fail(fmt.Errorf("poll: status %d: %.200s", status, body))
+			time.Sleep(time.Second)
+			continue
+		}
+		out.Messages = out.Messages[:0]
+		if err := json.Unmarshal(body, &out); err != nil {
+			l.fail(fmt.Errorf("poll answer: %w", err))
+			continue
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		hs := make([]string, len(out.Messages))
+		for i, m := range out.Messages {
+			hs[i] = m.ReceiptHandle
+			if ch, ok := l.published.LoadAndDelete(m.Envelope.MessageID); ok {
+				ch.(chan time.Time) <- at
+			}
+		}
+		ack, _ := json.Marshal(map[string]any{"receipt_handles": hs})
+		req := fmt.Sprintf("POST %s/ack HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			base, l.host, q.consumerTok, len(ack), ack)
+		if _, err := io.WriteString(c, req); err != nil {
+			l.fail(fmt.Errorf("send ack: %w", err))
+			return
+		}
+		status, body, err = readAnswer(br)
+		if err != nil {
+			l.fail(fmt.Errorf("read ack answer: %w", err))
+			return
+		}
+		if status != 200 {
+			l.fail(fmt.Errorf("ack: status %d: %.200s", status, body))
+		}
+	}
+}
+
+// readAnswer reads one HTTP/1.1 answer.
+func readAnswer(br *bufio.Reader) (int, []byte, error) {
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, b, err
+}
+
+// procCPU is the process's user+system time in clock ticks (1/100 s).
+func procCPU(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return ut + st, nil
+}
+
+// procRSS is VmRSS in MiB.
+func procRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// nodeMetrics reads gauges of the node's /metrics by name.
+func (n *pollNode) nodeMetrics(ctx context.Context, names ...string) map[string]float64 {
+	out := map[string]float64{}
+	r, err := servertest.Call(ctx, n.http, n.url, "GET", "/metrics", "", nil)
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		for _, name := range names {
+			if rest, ok := strings.CutPrefix(line, name+" "); ok {
+				out[name], _ = strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			}
+		}
+	}
+	return out
+}
+
+func must(v int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// cpuOver is the node's CPU in % of a core over d.
+func cpuOver(pid int, d time.Duration) float64 {
+	c0, _ := procCPU(pid)
+	t0 := time.Now()
+	time.Sleep(d)
+	c1, _ := procCPU(pid)
+	return float64(c1-c0) / 100 / time.Since(t0).Seconds() * 100
+}
+
+func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := envInt(t, "SOMBUS_POLLS_WAIT", 20)
+	samples := envInt(t, "SOMBUS_POLLS_SAMPLES", 300)
+	node := startPollNode(t, bin)
+	pid := node.cmd.Process.Pid
+	res := pollResult{Polls: polls, Queues: (polls + perQueue - 1) / perQueue}
+
+	t0 := time.Now()
+	qs, err := makeQueues(ctx, node, res.Queues)
+	if err != nil {
+		node.stop(t)
+		t.Fatalf("create consumers: %v", err)
+	}
+	res.SetupSeconds = time.Since(t0).Seconds()
+	t.Logf("created %d consumers in %.1fs", len(qs), res.SetupSeconds)
+
+	l := &pollLoad{host: strings.TrimPrefix(node.url, "http://")}
+	var conns []net.Conn
+	defer func() {
+		cancel()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		l.conns.Wait()
+	}()
+	var d net.Dialer
+	firstSent := time.Now()
+	for i := range polls {
+		c, err := d.DialContext(ctx, "tcp", l.host)
+		if err != nil {
+			node.stop(t)
+			t.Fatalf("dial poll %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		l.conns.Add(1)
+		go l.poll(ctx, c, qs[i/perQueue], wait)
+	}
+	const gauge = "sombus_long_polls_waiting"
+	var waiting float64
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		waiting = node.nodeMetrics(ctx, gauge)[gauge]
+		if waiting >= float64(polls) {
+			break
+		}
+	}
+	res.OpenSeconds = time.Since(firstSent).Seconds()
+	t.Logf("%0.f of %d polls waiting %.1fs after the first was sent (errors %d)", waiting, polls, res.OpenSeconds, l.errors.Load())
+
+	if settle := envDuration(t, "SOMBUS_POLLS_SETTLE"); settle > 0 {
+		// Let the node run its periodic work (a forced GC every 2 min
+		// shrinks stacks and frees what the opening left behind).
+		m := node.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
+		t.Logf("settling for %s (now RSS %.1f MiB, heap %.1f MiB, stacks %.1f MiB)", settle, procRSS(pid),
+			m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20))
+		time.Sleep(settle)
+		firstSent = time.Now().Add(-time.Duration(wait) * time.Second) // no quiet window after a settle
+	}
+	// The quiet window: every poll waits, none is due to expire.
+	time.Sleep(time.Second)
+	if quiet := time.Until(firstSent.Add(time.Duration(wait)*time.Second - time.Second)); quiet >= 3*time.Second {
+		a0 := l.answers.Load()
+		res.QuietSeconds = quiet.Seconds()
+		res.QuietCPU = cpuOver(pid, quiet)
+		res.QuietAnswers = l.answers.Load() - a0
+	} else {
+		t.Logf("no quiet window: opening the polls took longer than wait=%d (or they settled first)", wait)
+	}
+	res.RSSMiB = procRSS(pid)
+	m := node.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+	res.HeapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
+	res.StackMiB = m["go_memstats_stack_inuse_bytes"] / (1 << 20)
+	res.Goroutines = m["go_goroutines"]
+	// The steady state, in 1 s slices: the slices in which no poll was
+	// answered show the cost of waiting alone when the quiet window could
+	// not be had (opening the polls took longer than their wait).
+	a0, c0, s0 := l.answers.Load(), must(procCPU(pid)), time.Now()
+	var idleTicks int64
+	for range 20 {
+		a, c := l.answers.Load(), must(procCPU(pid))
+		time.Sleep(time.Second)
+		if l.answers.Load() == a {
+			idleTicks += must(procCPU(pid)) - c
+			res.IdleSlices++
+		}
+	}
+	res.SteadyAnswers = l.answers.Load() - a0
+	res.SteadyCPU = float64(must(procCPU(pid))-c0) / time.Since(s0).Seconds()
+	if res.IdleSlices > 0 {
+		res.IdleSliceCPU = float64(idleTicks) / float64(res.IdleSlices)
+	}
+	res.RSSEndMiB = procRSS(pid)
+	res.RSSMiB = max(res.RSSMiB, res.RSSEndMiB)
+	t.Logf("RSS %.1f MiB (%.1f MiB after the steady state), heap %.1f MiB, stacks %.1f MiB, %0.f goroutines; CPU quiet %.1f%% over %.1fs (%d answers), steady %.1f%% (%d answers; %d 1-s slices without answers at %.1f%%)",
+		res.RSSMiB, res.RSSEndMiB, res.HeapMiB, res.StackMiB, res.Goroutines, res.QuietCPU, res.QuietSeconds, res.QuietAnswers, res.SteadyCPU, res.SteadyAnswers, res.IdleSlices, res.IdleSliceCPU)
+
+	// Publish → answer.
+	var mu sync.Mutex
+	var lat, pub []time.Duration
+	var next atomic.Int64
+	perm := rand.Perm(len(qs))
+	err = split(4, 4, func(int) error {
+		for {
+			k := int(next.Add(1)) - 1
+			if k >= samples {
+				return nil
+			}
+			q := qs[perm[k%len(perm)]]
+			id := fmt.Sprintf("lat-%d-%d", polls, k)
+			ch := make(chan time.Time, 1)
+			l.published.Store(id, ch)
+			env := servertest.Envelope(id, "story-"+id, map[string]any{"n": k})
+			env["message_type"] = q.messageType
+			t0 := time.Now()
+			if err := node.call(ctx, "POST", "/v1/tenants/"+q.ws+"/messages", q.producerTok, env, nil, 202); err != nil {
+				return err
+			}
+			tp := time.Since(t0)
+			select {
+			case at := <-ch:
+				mu.Lock()
+				lat = append(lat, at.Sub(t0))
+				pub = append(pub, tp)
+				mu.Unlock()
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("message %s not received within 30s", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	if err != nil {
+		t.Errorf("publish → answer: %v", err)
+	}
+	ms := func(ds []time.Duration, q float64) float64 {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
+	res.Samples = len(lat)
+	res.P50, res.P99, res.Max = ms(lat, 0.50), ms(lat, 0.99), ms(lat, 1)
+	res.PublishP50 = ms(pub, 0.5)
+	t.Logf("publish → answer over %d samples: p50 %.2f ms, p99 %.2f ms, max %.2f ms (publish request p50 %.2f ms)", res.Samples, res.P50, res.P99, res.Max, res.PublishP50)
+
+	res.Errors = l.errors.Load()
+	if e, ok := l.firstErr.Load().(string); ok {
+		res.FirstError = e
+	}
+	cancel() // what the polls see from here on is the stop
+	res.StopSeconds = node.stop(t).Seconds()
+	t.Logf("node stopped %.2fs after SIGTERM; client errors %d (%s)", res.StopSeconds, res.Errors, res.FirstError)
+	return res
+}
