@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		}
 		log.WarnContext(r.Context(), "store unavailable", "method", r.Method, "path", r.URL.Path, "rule", rule, "err", err)
 		e = bus.Unavailable(rule)
+	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The request's context ended (its client went away) and the work
+		// stopped with it: no fault of the node, so no error line for it.
+		log.DebugContext(r.Context(), "request cancelled", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = &bus.Error{Status: http.StatusInternalServerError, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}}
 	case !ok:
 		log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &bus.Error{Status: http.StatusInternalServerError, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -39,5 +40,26 @@ func TestWriteErrorMapsStoreUnavailability(t *testing.T) {
 		if ra := w.Header().Get("Retry-After"); (tc.status == 503) != (ra != "") {
 			t.Fatalf("%v: Retry-After %q", tc.err, ra)
 		}
+	}
+}
+
+// A request whose client went away (its context cancelled) and whose work
+// stopped with it is no internal error of the node: nothing is logged at
+// error level, while a cancellation the client did not cause still is.
+func TestWriteErrorCancelledRequestLogsNoError(t *testing.T) {
+	var out strings.Builder
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err := fmt.Errorf("auth: read connection: %w", context.Canceled)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	writeError(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/x", nil).WithContext(ctx), log, err)
+	if out.Len() != 0 {
+		t.Fatalf("a cancelled request logged %q", out.String())
+	}
+
+	writeError(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/x", nil), log, err)
+	if !strings.Contains(out.String(), "internal error") {
+		t.Fatalf("a cancellation while the request was live logged %q, want an internal error line", out.String())
 	}
 }
