@@ -352,6 +352,7 @@ func (w *writer) commit(t *txn) {
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
+	w.heads.publish()
 	w.committed(t.live)
 }
 
