@@ -70,6 +70,26 @@ func outLess(a, b outHead) bool {
 type outSnaps struct {
 	mu sync.RWMutex
 	m  map[string]*btree.BTreeG[outHead]
+	// load, when set, has the writer load a queue (and so publish its out
+	// set); loading holds the queues being loaded.
+	load    func(queueID string)
+	loading sync.Map
+}
+
+// want asks, once at a time per queue, for a queue that has no published
+// out set to be loaded in the background, so that its next counts need
+// not read its stories.
+func (o *outSnaps) want(queueID string) {
+	if o == nil || o.load == nil {
+		return
+	}
+	if _, busy := o.loading.LoadOrStore(queueID, struct{}{}); busy {
+		return
+	}
+	go func() {
+		defer o.loading.Delete(queueID)
+		o.load(queueID)
+	}()
 }
 
 func newOutSnaps() *outSnaps { return &outSnaps{m: make(map[string]*btree.BTreeG[outHead])} }

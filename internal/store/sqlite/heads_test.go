@@ -464,3 +464,59 @@ func countRows(d *dbq, queueID string, n int64) (bus.QueueStats, error) {
 	}
 	return st, nil
 }
+
+// TestCountsAfterReopen: a queue the writer has not loaded since the store
+// opened is counted from its tables, and the read has the writer load it,
+// after which it is counted from the published out set: the same counts.
+func TestCountsAfterReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sombus.db")
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, prod, q := setupQueue(t, s, 5)
+	var ms []bus.PublishMessage
+	for i := range 20 {
+		ms = append(ms, msg(fmt.Sprint("m", i), fmt.Sprint("s", i%7)))
+	}
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 3, Visibility: time.Minute, Now: t0.Add(time.Second)})
+	if err != nil || len(r.Deliveries) != 3 {
+		t.Fatalf("receive: %v, %d", err, len(r.Deliveries))
+	}
+	if _, err := s.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{r.Deliveries[0].Handle}, Delay: time.Hour, Now: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(2 * time.Second)
+	want := bus.QueueStats{Ready: 17, InFlight: 2, Delayed: 1, OldestReadyAgeSeconds: 2}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("before the restart: %+v, %v; want %+v", st, err, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if s.w.heads.snaps.get(q) != nil {
+		t.Fatal("an out set is published before the queue loaded")
+	}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("from the tables: %+v, %v; want %+v", st, err, want)
+	}
+	// The read asked the writer to load the queue.
+	for s.w.heads.snaps.get(q) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("from the out set: %+v, %v; want %+v", st, err, want)
+	}
+	checkHeads(t, s)
+}

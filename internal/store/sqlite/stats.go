@@ -51,7 +51,8 @@ func scanCounts(rows *sql.Rows, n int64, lead ...any) (counted, error) {
 // outCounts counts the heads of a queue out at now (in flight, delayed):
 // from the writer's index when d is the writer's and holds the queue, from
 // the out set the writer published with its last commit, else from the
-// stories table (the queue is not loaded: all its stories are read).
+// stories table (the queue is not loaded: all its stories are read, and
+// the writer is asked to load it for the next time).
 func outCounts(d *dbq, snaps *outSnaps, queueID string, now int64) (inFlight, delayed int64, err error) {
 	if d.heads != nil {
 		if q := d.heads.loaded(queueID); q != nil {
@@ -61,6 +62,8 @@ func outCounts(d *dbq, snaps *outSnaps, queueID string, now int64) (inFlight, de
 	} else if t := snaps.get(queueID); t != nil {
 		inFlight, delayed = countOut(t, now)
 		return inFlight, delayed, nil
+	} else {
+		snaps.want(queueID)
 	}
 	err = d.row(`SELECT count(*) FILTER (WHERE delayed = 0), count(*) FILTER (WHERE delayed = 1)
 		FROM stories WHERE queue_id = ? AND visible_at > ?`, queueID, now).Scan(&inFlight, &delayed)
