@@ -11,28 +11,29 @@ CREATE TABLE queue_counts (
     dead_letters INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- Every connection has its row (from its creation to its removal), so
+-- that each change of a counter is one update.
 INSERT INTO queue_counts (queue_id, messages, dead_letters)
     SELECT c.id,
         (SELECT count(*) FROM messages m WHERE m.queue_id = c.id),
         (SELECT count(*) FROM dead_letters d WHERE d.queue_id = c.id)
-    FROM connections c WHERE c.kind = 'consumer';
+    FROM connections c;
 
--- An insert creates the row if need be; a delete only updates it, so that
--- the cascade of a connection's removal never brings its row back.
+CREATE TRIGGER queue_counts_connection_in AFTER INSERT ON connections BEGIN
+    INSERT INTO queue_counts (queue_id, messages, dead_letters) VALUES (NEW.id, 0, 0);
+END;
+CREATE TRIGGER queue_counts_connection_out AFTER DELETE ON connections BEGIN
+    DELETE FROM queue_counts WHERE queue_id = OLD.id;
+END;
 CREATE TRIGGER queue_counts_message_in AFTER INSERT ON messages BEGIN
-    INSERT INTO queue_counts (queue_id, messages, dead_letters) VALUES (NEW.queue_id, 1, 0)
-        ON CONFLICT (queue_id) DO UPDATE SET messages = messages + 1;
+    UPDATE queue_counts SET messages = messages + 1 WHERE queue_id = NEW.queue_id;
 END;
 CREATE TRIGGER queue_counts_message_out AFTER DELETE ON messages BEGIN
     UPDATE queue_counts SET messages = messages - 1 WHERE queue_id = OLD.queue_id;
 END;
 CREATE TRIGGER queue_counts_dead_in AFTER INSERT ON dead_letters BEGIN
-    INSERT INTO queue_counts (queue_id, messages, dead_letters) VALUES (NEW.queue_id, 0, 1)
-        ON CONFLICT (queue_id) DO UPDATE SET dead_letters = dead_letters + 1;
+    UPDATE queue_counts SET dead_letters = dead_letters + 1 WHERE queue_id = NEW.queue_id;
 END;
 CREATE TRIGGER queue_counts_dead_out AFTER DELETE ON dead_letters BEGIN
     UPDATE queue_counts SET dead_letters = dead_letters - 1 WHERE queue_id = OLD.queue_id;
-END;
-CREATE TRIGGER queue_counts_connection_out AFTER DELETE ON connections BEGIN
-    DELETE FROM queue_counts WHERE queue_id = OLD.id;
 END;
