@@ -15,7 +15,7 @@ import (
 func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
 	var st bus.QueueStats
 	err := s.read(ctx, func(d *dbq) error {
-		got, err := queueStats(d, []string{queueID}, now)
+		got, err := queueStats(d, s.w.heads.snaps, []string{queueID}, now)
 		if err != nil {
 			return err
 		}

@@ -324,3 +324,37 @@ func BenchmarkReadAfterWrite(b *testing.B) {
 func BenchmarkPublishConsumers(b *testing.B) {
 	storetest.BenchPublishConsumers(b, func(b *testing.B) bus.Store { return benchStore(b) })
 }
+
+// BenchmarkDepthQueueStats reads a queue's counts (as the management read
+// of a connection does) with depth messages queued over 1,000 stories and
+// 10 of them in flight: one op is one QueueStats through the read pool.
+// The cost should not grow with depth.
+func BenchmarkDepthQueueStats(b *testing.B) {
+	for _, depth := range benchDepths() {
+		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
+			s := benchStore(b)
+			ws, prod, q := setupQueueB(b, s)
+			fillQueue(b, s, ws, prod, depth, 1000, "f")
+			now := t0.Add(time.Second)
+			if _, err := s.MessageReceive(context.Background(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now}); err != nil {
+				b.Fatal(err)
+			}
+			st, err := s.QueueStats(context.Background(), q, now)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if want := int64(min(depth, 10)); st.InFlight != want || st.Ready != int64(depth)-want {
+				b.Fatalf("stats %+v at depth %d", st, depth)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.QueueStats(context.Background(), q, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"sync"
 
 	"github.com/google/btree"
 )
@@ -38,6 +39,86 @@ type heads struct {
 	// changes counts the changes made to the index, so that the writer can
 	// tell whether a failed operation touched it.
 	changes uint64
+	// touched holds the queues whose received heads changed (or that
+	// loaded) in the open transaction: after its commit, the writer
+	// publishes their out sets to snaps (publish).
+	touched map[string]*headQueue
+	// snaps are the committed out sets the read pool counts from.
+	snaps *outSnaps
+}
+
+// outHead is a received head as the queue counts see it: in flight
+// (delayed false) or delayed while visibleAt is after now, else ready. A
+// value, so that a published tree never changes under its readers.
+type outHead struct {
+	visibleAt int64
+	id        int64
+	delayed   bool
+}
+
+func outLess(a, b outHead) bool {
+	if a.visibleAt != b.visibleAt {
+		return a.visibleAt < b.visibleAt
+	}
+	return a.id < b.id
+}
+
+// outSnaps holds, per loaded queue, the out set (its received heads) as of
+// the writer's last commit that changed it: the in flight and delayed
+// counts read it from any goroutine, without scanning the queue's stories.
+// A queue without an entry is counted from the tables.
+type outSnaps struct {
+	mu sync.RWMutex
+	m  map[string]*btree.BTreeG[outHead]
+	// load, when set, has the writer load a queue (and so publish its out
+	// set); loading holds the queues being loaded.
+	load    func(queueID string)
+	loading sync.Map
+}
+
+// want asks, once at a time per queue, for a queue that has no published
+// out set to be loaded in the background, so that its next counts need
+// not read its stories.
+func (o *outSnaps) want(queueID string) {
+	if o == nil || o.load == nil {
+		return
+	}
+	if _, busy := o.loading.LoadOrStore(queueID, struct{}{}); busy {
+		return
+	}
+	go func() {
+		defer o.loading.Delete(queueID)
+		o.load(queueID)
+	}()
+}
+
+func newOutSnaps() *outSnaps { return &outSnaps{m: make(map[string]*btree.BTreeG[outHead])} }
+
+// get returns the committed out set of a queue, nil if none is published.
+// The tree is never changed again: readers may walk it concurrently.
+func (o *outSnaps) get(queueID string) *btree.BTreeG[outHead] {
+	if o == nil {
+		return nil
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.m[queueID]
+}
+
+// count counts the out set t at now: in flight and delayed.
+func countOut(t *btree.BTreeG[outHead], now int64) (inFlight, delayed int64) {
+	t.Descend(func(o outHead) bool {
+		if o.visibleAt <= now {
+			return false
+		}
+		if o.delayed {
+			delayed++
+		} else {
+			inFlight++
+		}
+		return true
+	})
+	return inFlight, delayed
 }
 
 // head is one story's delivery state: the stories row's columns.
@@ -62,23 +143,61 @@ func headLess(a, b *head) bool {
 
 // headQueue is the index of one queue.
 type headQueue struct {
+	h       *heads
+	id      string
 	stories map[int64]*head
 	byKey   map[string]*head
-	byVis   *btree.BTreeG[*head] // every story
-	recv    *btree.BTreeG[*head] // stories whose head was received (receiveCount > 0)
+	byVis   *btree.BTreeG[*head]   // every story
+	recv    *btree.BTreeG[*head]   // stories whose head was received (receiveCount > 0)
+	out     *btree.BTreeG[outHead] // the same stories, as values (published for the counts)
 }
 
 func newHeads() *heads {
-	return &heads{queues: make(map[string]*headQueue), limits: make(map[string]int)}
+	return &heads{queues: make(map[string]*headQueue), limits: make(map[string]int),
+		touched: make(map[string]*headQueue), snaps: newOutSnaps()}
 }
 
-func newHeadQueue() *headQueue {
+func newHeadQueue(h *heads, id string) *headQueue {
 	return &headQueue{
+		h:       h,
+		id:      id,
 		stories: make(map[int64]*head),
 		byKey:   make(map[string]*head),
 		byVis:   btree.NewG(16, headLess),
 		recv:    btree.NewG(16, headLess),
+		out:     btree.NewG(16, outLess),
 	}
+}
+
+// publish makes the out sets of the queues touched by the transaction
+// that just committed readable by the counts (after COMMIT, before any
+// caller is answered). A clone is O(1); the writer's later changes copy
+// the nodes they touch.
+func (h *heads) publish() {
+	if h == nil || len(h.touched) == 0 {
+		return
+	}
+	h.snaps.mu.Lock()
+	for id, q := range h.touched {
+		h.snaps.m[id] = q.out.Clone()
+	}
+	h.snaps.mu.Unlock()
+	clear(h.touched)
+}
+
+// unpublish forgets the published out sets of queueID ("" for every
+// queue): until the queue loads and commits again, it is counted from the
+// tables, which never show a change before its commit.
+func (h *heads) unpublish(queueID string) {
+	h.snaps.mu.Lock()
+	if queueID == "" {
+		clear(h.snaps.m)
+		clear(h.touched)
+	} else {
+		delete(h.snaps.m, queueID)
+		delete(h.touched, queueID)
+	}
+	h.snaps.mu.Unlock()
 }
 
 // reset drops every queue: they load again from the tables when needed.
@@ -88,6 +207,7 @@ func (h *heads) reset() {
 	}
 	clear(h.queues)
 	clear(h.limits)
+	h.unpublish("")
 	h.changes++
 }
 
@@ -107,6 +227,7 @@ func (h *heads) drop(queueID string) {
 		return
 	}
 	delete(h.queues, queueID)
+	h.unpublish(queueID)
 	h.changes++
 }
 
@@ -131,7 +252,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 		return nil, interpretError(err)
 	}
 	defer rows.Close()
-	q := newHeadQueue()
+	q := newHeadQueue(h, queueID)
 	for rows.Next() {
 		s := &head{}
 		var delayed int
@@ -148,6 +269,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	// the queue's stories, so what it read stays true if the operation
 	// fails and its savepoint is rolled back.
 	h.queues[queueID] = q
+	h.touched[queueID] = q // publish it with the next commit
 	return q, nil
 }
 
@@ -158,6 +280,16 @@ func (q *headQueue) put(s *head) {
 	q.byVis.ReplaceOrInsert(s)
 	if s.receiveCount > 0 {
 		q.recv.ReplaceOrInsert(s)
+		q.out.ReplaceOrInsert(outHead{visibleAt: s.visibleAt, id: s.id, delayed: s.delayed})
+		q.h.touched[q.id] = q
+	}
+}
+
+// forgetOut takes s out of the out set.
+func (q *headQueue) forgetOut(s *head) {
+	if s.receiveCount > 0 {
+		q.out.Delete(outHead{visibleAt: s.visibleAt, id: s.id})
+		q.h.touched[q.id] = q
 	}
 }
 
@@ -171,12 +303,14 @@ func (q *headQueue) remove(id int64) {
 	delete(q.byKey, s.key)
 	q.byVis.Delete(s)
 	q.recv.Delete(s)
+	q.forgetOut(s)
 }
 
 // update changes a story's state through fn, keeping the trees in order.
 func (q *headQueue) update(s *head, fn func(s *head)) {
 	q.byVis.Delete(s)
 	q.recv.Delete(s)
+	q.forgetOut(s)
 	fn(s)
 	q.put(s)
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -48,14 +49,92 @@ func checkHeads(t *testing.T, s *Store) {
 					recv++
 				}
 			}
-			if recv != q.recv.Len() {
-				return fmt.Errorf("queue %s: %d received stories, %d in the index", queueID, recv, q.recv.Len())
+			if recv != q.recv.Len() || recv != q.out.Len() {
+				return fmt.Errorf("queue %s: %d received stories, %d in the index (%d in its out set)", queueID, recv, q.recv.Len(), q.out.Len())
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	checkCounts(t, s)
+}
+
+// checkCounts compares the counts of every consumer queue (QueueStats and
+// QueueGauges, through the read pool) with a count of the rows, at each
+// moment where a head's state changes (and just before it).
+func checkCounts(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	var queues []string
+	moments := []int64{t0.UnixMilli()}
+	err := s.read(ctx, func(d *dbq) error {
+		rows, err := d.query(`SELECT id FROM connections WHERE kind = 'consumer'`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				_ = rows.Close()
+				return err
+			}
+			queues = append(queues, id)
+		}
+		_ = rows.Close()
+		// A head never received is counted ready at any moment (its
+		// visible_at is its enqueue time): the moments start after them.
+		var first int64
+		if err := d.row(`SELECT coalesce(max(visible_at), 0) FROM stories WHERE receive_count = 0`).Scan(&first); err != nil {
+			return err
+		}
+		moments[0] = max(moments[0], first)
+		rows, err = d.query(`SELECT DISTINCT visible_at FROM stories WHERE receive_count > 0 AND visible_at > ?`, first)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var v int64
+			if err := rows.Scan(&v); err != nil {
+				_ = rows.Close()
+				return err
+			}
+			moments = append(moments, max(first, v-1), v, v+1)
+		}
+		_ = rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range moments {
+		now := time.UnixMilli(n).UTC()
+		gauges, err := s.QueueGauges(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]bus.QueueStats{}
+		for _, g := range gauges {
+			byID[g.ConnectionID] = g.QueueStats
+		}
+		for _, q := range queues {
+			var want bus.QueueStats
+			if err := s.read(ctx, func(d *dbq) error {
+				var err error
+				want, err = countRows(d, q, n)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.QueueStats(ctx, q, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want || byID[q] != want {
+				t.Fatalf("queue %s at %d: QueueStats %+v, QueueGauges %+v, rows %+v", q, n, got, byID[q], want)
+			}
+		}
 	}
 }
 
@@ -216,7 +295,16 @@ func TestMigrationToLeanHeads(t *testing.T) {
 		}
 		return st
 	}
-	statsBefore := wantStats(old, at(3*time.Second))
+	// The old schema has no counters: count its rows as the store did
+	// before migration 0006.
+	var statsBefore bus.QueueStats
+	if err := old.read(ctx, func(d *dbq) error {
+		var err error
+		statsBefore, err = countRows(d, q, at(3*time.Second).UnixMilli())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +437,86 @@ func TestPublishBatchDedup(t *testing.T) {
 	// Story s: old, live, n1, n2 in order; story t: old again.
 	if want := []string{"old", "old", "live", "n1", "n2"}; !slices.Equal(ids, want) {
 		t.Fatalf("received %v, want %v", ids, want)
+	}
+	checkHeads(t, s)
+}
+
+// countRows counts a queue by scanning its rows, as the store did before
+// its counters (migration 0006): the reference the counters must match.
+func countRows(d *dbq, queueID string, n int64) (bus.QueueStats, error) {
+	var st bus.QueueStats
+	var messages int64
+	var oldest sql.NullInt64
+	err := d.row(`SELECT
+		(SELECT count(*) FROM stories s WHERE s.queue_id = ?1 AND s.visible_at > ?2 AND s.delayed = 0),
+		(SELECT count(*) FROM stories s WHERE s.queue_id = ?1 AND s.visible_at > ?2 AND s.delayed = 1),
+		(SELECT count(*) FROM messages m WHERE m.queue_id = ?1),
+		(SELECT count(*) FROM dead_letters d WHERE d.queue_id = ?1),
+		(SELECT m.enqueued_at FROM messages m WHERE m.queue_id = ?1
+			AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id AND s.head_seq = m.seq AND s.visible_at > ?2)
+			ORDER BY m.enqueued_at LIMIT 1)`, queueID, n).Scan(&st.InFlight, &st.Delayed, &messages, &st.DeadLetters, &oldest)
+	if err != nil {
+		return st, err
+	}
+	st.Ready = max(0, messages-st.InFlight-st.Delayed)
+	if oldest.Valid && oldest.Int64 < n {
+		st.OldestReadyAgeSeconds = float64(n-oldest.Int64) / 1000
+	}
+	return st, nil
+}
+
+// TestCountsAfterReopen: a queue the writer has not loaded since the store
+// opened is counted from its tables, and the read has the writer load it,
+// after which it is counted from the published out set: the same counts.
+func TestCountsAfterReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sombus.db")
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, prod, q := setupQueue(t, s, 5)
+	var ms []bus.PublishMessage
+	for i := range 20 {
+		ms = append(ms, msg(fmt.Sprint("m", i), fmt.Sprint("s", i%7)))
+	}
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 3, Visibility: time.Minute, Now: t0.Add(time.Second)})
+	if err != nil || len(r.Deliveries) != 3 {
+		t.Fatalf("receive: %v, %d", err, len(r.Deliveries))
+	}
+	if _, err := s.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{r.Deliveries[0].Handle}, Delay: time.Hour, Now: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(2 * time.Second)
+	want := bus.QueueStats{Ready: 17, InFlight: 2, Delayed: 1, OldestReadyAgeSeconds: 2}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("before the restart: %+v, %v; want %+v", st, err, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if s.w.heads.snaps.get(q) != nil {
+		t.Fatal("an out set is published before the queue loaded")
+	}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("from the tables: %+v, %v; want %+v", st, err, want)
+	}
+	// The read asked the writer to load the queue.
+	for s.w.heads.snaps.get(q) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
+		t.Fatalf("from the out set: %+v, %v; want %+v", st, err, want)
 	}
 	checkHeads(t, s)
 }

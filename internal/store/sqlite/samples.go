@@ -2,37 +2,64 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// queueSampleQuery records one sample of every consumer queue under ?1, as
-// of ?2, in one statement, counting as queueStatsQuery does: in flight and
-// delayed are the stories whose head is out (visible_at after ?2), every
-// other message is ready. Each table is read once, grouped by queue. When
-// the interval ?1 holds any sample already, nothing is counted or written.
-const queueSampleQuery = `INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-	SELECT c.id, ?1,
-		max(0, coalesce(m.n, 0) - coalesce(s.in_flight, 0) - coalesce(s.delayed, 0)),
-		coalesce(s.in_flight, 0), coalesce(s.delayed, 0), coalesce(d.n, 0)
-	FROM connections c
-	LEFT JOIN (SELECT queue_id, count(*) AS n FROM messages GROUP BY queue_id) m ON m.queue_id = c.id
-	LEFT JOIN (SELECT queue_id, count(*) FILTER (WHERE delayed = 0) AS in_flight,
-			count(*) FILTER (WHERE delayed = 1) AS delayed
-		FROM stories WHERE visible_at > ?2 GROUP BY queue_id) s ON s.queue_id = c.id
-	LEFT JOIN (SELECT queue_id, count(*) AS n FROM dead_letters GROUP BY queue_id) d ON d.queue_id = c.id
-	WHERE c.kind = 'consumer' AND NOT EXISTS (SELECT 1 FROM queue_samples WHERE at = ?1)
-	ON CONFLICT (queue_id, at) DO NOTHING`
-
-// QueueSample records one sample of every consumer queue in one statement.
+// QueueSample records one sample of every consumer queue under p.At, as
+// of p.Now, in one transaction of the writer, counting as QueueStats does
+// (in flight and delayed from the writer's index of the queues it holds).
+// When the interval p.At holds any sample already, nothing is counted or
+// written.
 func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int, error) {
 	var n int64
 	err := s.w.do(ctx, func(d *dbq) error {
-		var err error
-		n, err = d.affected(queueSampleQuery, ms(p.At), ms(p.Now))
-		return interpretError(err)
+		n = 0
+		at, now := ms(p.At), ms(p.Now)
+		var one int
+		err := d.row(`SELECT 1 FROM queue_samples WHERE at = ? LIMIT 1`, at).Scan(&one)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return interpretError(err)
+		}
+		rows, err := d.query(`SELECT c.id, coalesce(k.messages, 0), coalesce(k.dead_letters, 0)
+			FROM connections c LEFT JOIN queue_counts k ON k.queue_id = c.id WHERE c.kind = ?`, string(bus.KindConsumer))
+		if err != nil {
+			return interpretError(err)
+		}
+		var cs []counted
+		for rows.Next() {
+			var c counted
+			if err := rows.Scan(&c.id, &c.messages, &c.st.DeadLetters); err != nil {
+				_ = rows.Close()
+				return interpretError(err)
+			}
+			cs = append(cs, c)
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return interpretError(err)
+		}
+		for i := range cs {
+			c := &cs[i]
+			if err := c.finish(d, nil, now); err != nil {
+				return err
+			}
+			k, err := d.affected(`INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
+				VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, at) DO NOTHING`,
+				c.id, at, c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters)
+			if err != nil {
+				return interpretError(err)
+			}
+			n += k
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("queue sample: %w", err)

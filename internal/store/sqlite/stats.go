@@ -10,15 +10,14 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// queueCountCols count the queue c.id at ?2 (now): in flight and delayed
-// are the stories whose head is out (visible_at after ?2); every other
-// message is ready, and the oldest ready one is the oldest message that is
-// not such a head (the index messages_queue yields them oldest first, so
-// its subquery stops early). scanCounts reads them.
-const queueCountCols = `(SELECT count(*) FROM stories s WHERE s.queue_id = c.id AND s.visible_at > ?2 AND s.delayed = 0),
-	(SELECT count(*) FROM stories s WHERE s.queue_id = c.id AND s.visible_at > ?2 AND s.delayed = 1),
-	(SELECT count(*) FROM messages m WHERE m.queue_id = c.id),
-	(SELECT count(*) FROM dead_letters d WHERE d.queue_id = c.id),
+// queueCountCols count the queue c.id at ?2 (now): its messages and dead
+// letters from their counters (queue_counts, kept by triggers), and the
+// enqueue time of its oldest ready message, the oldest message that is not
+// a head out at ?2 (the index messages_queue yields them oldest first, so
+// the subquery stops after the heads out). In flight and delayed are
+// counted apart (outCounts). scanCounts reads them.
+const queueCountCols = `coalesce((SELECT k.messages FROM queue_counts k WHERE k.queue_id = c.id), 0),
+	coalesce((SELECT k.dead_letters FROM queue_counts k WHERE k.queue_id = c.id), 0),
 	(SELECT m.enqueued_at FROM messages m WHERE m.queue_id = c.id
 		AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id AND s.head_seq = m.seq AND s.visible_at > ?2)
 		ORDER BY m.enqueued_at LIMIT 1)`
@@ -28,24 +27,62 @@ const queueCountCols = `(SELECT count(*) FROM stories s WHERE s.queue_id = c.id 
 const queueStatsQuery = `SELECT c.id, ` + queueCountCols + `
 	FROM connections c WHERE c.id IN (SELECT value FROM json_each(?1))`
 
-// scanCounts reads the columns lead, then queueCountCols, of one row at
-// now (milliseconds).
-func scanCounts(rows *sql.Rows, n int64, lead ...any) (bus.QueueStats, error) {
-	var st bus.QueueStats
-	var messages int64
-	var oldest sql.NullInt64
-	if err := rows.Scan(append(lead, &st.InFlight, &st.Delayed, &messages, &st.DeadLetters, &oldest)...); err != nil {
-		return st, err
-	}
-	st.Ready = max(0, messages-st.InFlight-st.Delayed)
-	if oldest.Valid && oldest.Int64 < n {
-		st.OldestReadyAgeSeconds = float64(n-oldest.Int64) / 1000 // millisecond precision
-	}
-	return st, nil
+// counted is one queue's counts before its heads out are counted.
+type counted struct {
+	id       string
+	st       bus.QueueStats
+	messages int64
 }
 
-// queueStats counts the queues of ids that exist, in one statement.
-func queueStats(d *dbq, ids []string, now time.Time) (map[string]bus.QueueStats, error) {
+// scanCounts reads the columns lead, then queueCountCols, of one row at
+// now (milliseconds).
+func scanCounts(rows *sql.Rows, n int64, lead ...any) (counted, error) {
+	var c counted
+	var oldest sql.NullInt64
+	if err := rows.Scan(append(lead, &c.messages, &c.st.DeadLetters, &oldest)...); err != nil {
+		return c, err
+	}
+	if oldest.Valid && oldest.Int64 < n {
+		c.st.OldestReadyAgeSeconds = float64(n-oldest.Int64) / 1000 // millisecond precision
+	}
+	return c, nil
+}
+
+// outCounts counts the heads of a queue out at now (in flight, delayed):
+// from the writer's index when d is the writer's and holds the queue, from
+// the out set the writer published with its last commit, else from the
+// stories table (the queue is not loaded: all its stories are read, and
+// the writer is asked to load it for the next time).
+func outCounts(d *dbq, snaps *outSnaps, queueID string, now int64) (inFlight, delayed int64, err error) {
+	if d.heads != nil {
+		if q := d.heads.loaded(queueID); q != nil {
+			inFlight, delayed = countOut(q.out, now)
+			return inFlight, delayed, nil
+		}
+	} else if t := snaps.get(queueID); t != nil {
+		inFlight, delayed = countOut(t, now)
+		return inFlight, delayed, nil
+	} else {
+		snaps.want(queueID)
+	}
+	err = d.row(`SELECT count(*) FILTER (WHERE delayed = 0), count(*) FILTER (WHERE delayed = 1)
+		FROM stories WHERE queue_id = ? AND visible_at > ?`, queueID, now).Scan(&inFlight, &delayed)
+	return inFlight, delayed, interpretError(err)
+}
+
+// finish completes c with the heads out at now: ready are the messages
+// that are not out.
+func (c *counted) finish(d *dbq, snaps *outSnaps, now int64) error {
+	var err error
+	if c.st.InFlight, c.st.Delayed, err = outCounts(d, snaps, c.id, now); err != nil {
+		return err
+	}
+	c.st.Ready = max(0, c.messages-c.st.InFlight-c.st.Delayed)
+	return nil
+}
+
+// queueStats counts the queues of ids that exist, in one read snapshot.
+func queueStats(d *dbq, snaps *outSnaps, ids []string, now time.Time) (map[string]bus.QueueStats, error) {
 	out := make(map[string]bus.QueueStats, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -59,25 +96,36 @@ func queueStats(d *dbq, ids []string, now time.Time) (map[string]bus.QueueStats,
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	defer rows.Close()
+	var cs []counted
 	for rows.Next() {
 		var id string
-		st, err := scanCounts(rows, n, &id)
+		c, err := scanCounts(rows, n, &id)
 		if err != nil {
+			_ = rows.Close()
 			return nil, interpretError(err)
 		}
-		out[id] = st
+		c.id = id
+		cs = append(cs, c)
 	}
-	return out, interpretError(rows.Err())
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	for i := range cs {
+		if err := cs[i].finish(d, snaps, n); err != nil {
+			return nil, err
+		}
+		out[cs[i].id] = cs[i].st
+	}
+	return out, nil
 }
 
-// QueueStatsMany counts several queues in one statement of one read
-// snapshot; ids that are no queue are left out.
+// QueueStatsMany counts several queues in one read snapshot; ids that are no queue are left out.
 func (s *Store) QueueStatsMany(ctx context.Context, queueIDs []string, now time.Time) (map[string]bus.QueueStats, error) {
 	var out map[string]bus.QueueStats
 	err := s.read(ctx, func(d *dbq) error {
 		var err error
-		out, err = queueStats(d, queueIDs, now)
+		out, err = queueStats(d, s.w.heads.snaps, queueIDs, now)
 		return err
 	})
 	if err != nil {

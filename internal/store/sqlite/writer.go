@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -134,6 +135,7 @@ func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, 
 		syncIdle:    make(chan struct{}, 1),
 		syncerDone:  make(chan struct{}),
 	}
+	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
 	go w.syncer()
 	go w.loop()
@@ -352,6 +354,7 @@ func (w *writer) commit(t *txn) {
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
+	w.heads.publish()
 	w.committed(t.live)
 }
 
@@ -589,4 +592,24 @@ func (w *writer) checkpoint(mode string) {
 func (w *writer) stop() {
 	w.once.Do(func() { close(w.quit) })
 	<-w.stopped
+}
+
+// loadQueue loads a consumer queue's index of heads, if it exists and is
+// not loaded: its out set is published with the commit.
+func (w *writer) loadQueue(queueID string) {
+	_ = w.do(context.Background(), func(d *dbq) error {
+		if d.heads.loaded(queueID) != nil {
+			return nil
+		}
+		var one int
+		err := d.row(`SELECT 1 FROM connections WHERE id = ? AND kind = ?`, queueID, string(bus.KindConsumer)).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // gone, or not a queue: nothing to load
+		}
+		if err != nil {
+			return interpretError(err)
+		}
+		_, err = d.heads.queue(d, queueID)
+		return err
+	})
 }
