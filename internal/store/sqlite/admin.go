@@ -14,8 +14,8 @@ import (
 // when the queue does not exist.
 func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
 	var st bus.QueueStats
-	err := s.read(ctx, func(d *dbq) error {
-		got, err := queueStats(d, s.w.heads.snaps, []string{queueID}, now)
+	err := s.consistentRead(ctx, func(d *dbq, snaps *outSnaps) error {
+		got, err := queueStats(d, snaps, []string{queueID}, now)
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ const queueGaugesQuery = `SELECT c.workspace_id, c.id, ` + queueCountCols + `
 // QueueGauges counts every consumer queue in one read snapshot.
 func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGauge, error) {
 	var out []bus.QueueGauge
-	err := s.read(ctx, func(d *dbq) error {
+	err := s.consistentRead(ctx, func(d *dbq, snaps *outSnaps) error {
 		out = out[:0]
 		n := ms(now)
 		rows, err := d.query(queueGaugesQuery, string(bus.KindConsumer), n)
@@ -40,7 +40,7 @@ func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGaug
 			return interpretError(err)
 		}
 		for i := range cs {
-			if err := cs[i].finish(d, s.w.heads.snaps, n); err != nil {
+			if err := cs[i].finish(d, snaps, n); err != nil {
 				return err
 			}
 			out[i].QueueStats = cs[i].st

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 )
@@ -70,6 +71,11 @@ func outLess(a, b outHead) bool {
 type outSnaps struct {
 	mu sync.RWMutex
 	m  map[string]*btree.BTreeG[outHead]
+	// gen is odd from just before the writer's COMMIT until the out sets
+	// of that commit are published (or the commit failed and they were
+	// dropped), even otherwise: a read of the tables and of m made while
+	// it held one even value saw one commit in both (consistentRead).
+	gen atomic.Uint64
 	// load, when set, has the writer load a queue (and so publish its out
 	// set); loading holds the queues being loaded.
 	load    func(queueID string)
@@ -173,6 +179,20 @@ func newHeadQueue(h *heads, id string) *headQueue {
 // that just committed readable by the counts (after COMMIT, before any
 // caller is answered). A clone is O(1); the writer's later changes copy
 // the nodes they touch.
+// commitBegins and commitEnds bracket the writer's COMMIT and the publish
+// or drop of its out sets (outSnaps.gen).
+func (h *heads) commitBegins() {
+	if h != nil {
+		h.snaps.gen.Add(1)
+	}
+}
+
+func (h *heads) commitEnds() {
+	if h != nil {
+		h.snaps.gen.Add(1)
+	}
+}
+
 func (h *heads) publish() {
 	if h == nil || len(h.touched) == 0 {
 		return
@@ -211,24 +231,26 @@ func (h *heads) reset() {
 	h.changes++
 }
 
-// connectionsChanged forgets what was read of the connections table.
+// connectionsChanged forgets what was read of the connections table. It
+// is no change to undo: what it forgets loads again from the tables, as
+// they are after a rollback too, so a failed connection change does not
+// drop every queue's index.
 func (h *heads) connectionsChanged() {
 	if h == nil {
 		return
 	}
 	clear(h.limits)
-	h.changes++
 }
 
 // drop forgets one queue (deleted, or its stories were deleted): it loads
-// again from the tables when needed.
+// again from the tables when needed, as they are after a rollback too, so
+// it is no change to undo (its counts read the tables until it loads).
 func (h *heads) drop(queueID string) {
 	if h == nil {
 		return
 	}
 	delete(h.queues, queueID)
 	h.unpublish(queueID)
-	h.changes++
 }
 
 // loaded returns the index of a queue if it is loaded, else nil: a change
@@ -253,17 +275,23 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	}
 	defer rows.Close()
 	q := newHeadQueue(h, queueID)
+	// put marks the queue to publish; a load that fails must not publish
+	// the part it read.
+	failed := func(err error) (*headQueue, error) {
+		delete(h.touched, queueID)
+		return nil, interpretError(err)
+	}
 	for rows.Next() {
 		s := &head{}
 		var delayed int
 		if err := rows.Scan(&s.id, &s.key, &s.seq, &s.tail, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
-			return nil, interpretError(err)
+			return failed(err)
 		}
 		s.delayed = delayed != 0
 		q.put(s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, interpretError(err)
+		return failed(err)
 	}
 	// A load is no change: every caller loads a queue before it writes to
 	// the queue's stories, so what it read stays true if the operation

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -20,8 +21,12 @@ import (
 // it. The lock is flock(2) on a file of its own, independent of SQLite's
 // fcntl locks on the database; the kernel releases it when the process
 // ends, however it ends, so a crash never leaves a stale lock.
+//
+// The lock file is named after the database's real path (symbolic links
+// resolved, the directory's when the file does not exist yet), so that two
+// paths leading to one file through links take the same lock.
 func lockFile(path string) (*os.File, error) {
-	lp := path + "-lock"
+	lp := realPath(path) + "-lock"
 	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open lock file %s: %w", lp, err)
@@ -35,4 +40,16 @@ func lockFile(path string) (*os.File, error) {
 		return nil, fmt.Errorf("sqlite: lock %s: %w", lp, err)
 	}
 	return f, nil
+}
+
+// realPath resolves the symbolic links of path: of the file when it exists,
+// else of its directory; path itself when neither resolves.
+func realPath(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }

@@ -189,8 +189,8 @@ func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head
 	if err != nil {
 		return 0, 0, interpretError(err)
 	}
+	d.heads.changes++ // first: a failure below must drop the index
 	q.put(&head{id: storyID, key: key, seq: 1, tail: 1, visibleAt: now})
-	d.heads.changes++
 	return storyID, 1, nil
 }
 

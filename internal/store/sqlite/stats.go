@@ -50,7 +50,8 @@ func scanCounts(rows *sql.Rows, n int64, lead ...any) (counted, error) {
 
 // outCounts counts the heads of a queue out at now (in flight, delayed):
 // from the writer's index when d is the writer's and holds the queue, from
-// the out set the writer published with its last commit, else from the
+// the out set the writer published with its last commit (snaps, unless
+// nil), else from the
 // stories table (the queue is not loaded: all its stories are read, and
 // the writer is asked to load it for the next time).
 func outCounts(d *dbq, snaps *outSnaps, queueID string, now int64) (inFlight, delayed int64, err error) {
@@ -59,10 +60,11 @@ func outCounts(d *dbq, snaps *outSnaps, queueID string, now int64) (inFlight, de
 			inFlight, delayed = countOut(q.out, now)
 			return inFlight, delayed, nil
 		}
-	} else if t := snaps.get(queueID); t != nil {
-		inFlight, delayed = countOut(t, now)
-		return inFlight, delayed, nil
-	} else {
+	} else if snaps != nil {
+		if t := snaps.get(queueID); t != nil {
+			inFlight, delayed = countOut(t, now)
+			return inFlight, delayed, nil
+		}
 		snaps.want(queueID)
 	}
 	err = d.row(`SELECT count(*) FILTER (WHERE delayed = 0), count(*) FILTER (WHERE delayed = 1)
@@ -123,13 +125,40 @@ func queueStats(d *dbq, snaps *outSnaps, ids []string, now time.Time) (map[strin
 // QueueStatsMany counts several queues in one read snapshot; ids that are no queue are left out.
 func (s *Store) QueueStatsMany(ctx context.Context, queueIDs []string, now time.Time) (map[string]bus.QueueStats, error) {
 	var out map[string]bus.QueueStats
-	err := s.read(ctx, func(d *dbq) error {
+	err := s.consistentRead(ctx, func(d *dbq, snaps *outSnaps) error {
 		var err error
-		out, err = queueStats(d, s.w.heads.snaps, queueIDs, now)
+		out, err = queueStats(d, snaps, queueIDs, now)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
 	}
 	return out, nil
+}
+
+// consistentRead runs fn, which reads both the tables and the published
+// out sets (snaps), in a read transaction during which no commit began:
+// the two then show the same commit (otherwise the counts could mix one
+// commit's messages with another's heads out, and show ready a message
+// that never was). It tries again when a commit came between; after a few
+// tries (a writer that never pauses, a slow reader) it runs fn with snaps
+// nil, so that the heads out are counted from the stories table of the
+// same read transaction: consistent, at the cost of reading them.
+func (s *Store) consistentRead(ctx context.Context, fn func(d *dbq, snaps *outSnaps) error) error {
+	snaps := s.w.heads.snaps
+	const tries = 8
+	for range tries {
+		g := snaps.gen.Load()
+		if g&1 == 1 { // a commit is under way: it takes microseconds
+			time.Sleep(10 * time.Microsecond)
+			continue
+		}
+		if err := s.read(ctx, func(d *dbq) error { return fn(d, snaps) }); err != nil {
+			return err
+		}
+		if snaps.gen.Load() == g {
+			return nil
+		}
+	}
+	return s.read(ctx, func(d *dbq) error { return fn(d, nil) })
 }

@@ -348,13 +348,16 @@ func (w *writer) commit(t *txn) {
 		w.answerAll(t.live, err)
 		return
 	}
+	w.heads.commitBegins()
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
 		w.heads.reset()
+		w.heads.commitEnds()
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
 	w.heads.publish()
+	w.heads.commitEnds()
 	w.committed(t.live)
 }
 
