@@ -163,14 +163,7 @@ func (s *Service) Start() {
 	}()
 	go func() {
 		defer s.bgDone.Done()
-		wake := func(queueID string) {
-			if queueID == "" { // wake-ups may have been lost: look again
-				s.notifier.WakeEveryone()
-				return
-			}
-			s.notifier.NotifyAll(queueID)
-		}
-		if err := s.store.Listen(ctx, wake); err != nil && ctx.Err() == nil {
+		if err := s.store.Listen(ctx, s.notifier.NotifyAll); err != nil && ctx.Err() == nil {
 			s.log.Error("listen for wake-ups ended", "err", err)
 		}
 	}()

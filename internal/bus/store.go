@@ -74,10 +74,7 @@ type Store interface {
 	// that makes a story ready (publish, ack, nack, dead-letter move,
 	// redrive, maintenance), so callers never have to. The SQLite store
 	// (one node) blocks until ctx ends: its node wakes its own waiters from
-	// the Woken/QueueIDs results. When the store had to listen again after
-	// losing its connection, notifications of that gap may be lost: it
-	// then calls fn with "" once, meaning any queue may have a ready
-	// message.
+	// the Woken/QueueIDs results.
 	Listen(ctx context.Context, fn func(queueID string)) error
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error

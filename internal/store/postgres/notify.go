@@ -167,11 +167,9 @@ func (n *notifier) close() {
 func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
 	const maxBackoff = 10 * time.Second
 	backoff := 100 * time.Millisecond
-	again := false // a connection was lost: its gap's notifications too
 	for {
 		listening := false
-		err := s.listenOnce(ctx, fn, &listening, again)
-		again = true
+		err := s.listenOnce(ctx, fn, &listening)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -189,9 +187,7 @@ func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
 }
 
 // listenOnce connects, listens and dispatches until an error or ctx ends.
-// After a lost connection (again), once listening, it calls fn("") so the
-// node looks at every queue: what was notified in between is lost.
-func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool, again bool) error {
+func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool) error {
 	// The pool's own settings (host, credentials, runtime parameters).
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -206,9 +202,6 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool
 		return interpretError(err)
 	}
 	*listening = true
-	if again {
-		fn("")
-	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

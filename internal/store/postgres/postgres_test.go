@@ -241,11 +241,6 @@ func TestListenReconnects(t *testing.T) {
 	q := bus.NewID(bus.PrefixConnection)
 	notify := func() { b.notify.post([]string{q}) }
 	waitFor(t, heard, q, notify)
-	for len(heard) > 0 {
-		if id := <-heard; id == "" {
-			t.Fatal(`heard "" (look at every queue) from the first connection, before any was lost`)
-		}
-	}
 
 	// Cut the listening connection as a failover or a restart would.
 	var n int
@@ -256,8 +251,8 @@ func TestListenReconnects(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("terminated %d listening connections, want 1", n)
 	}
-	// Listening again, it says once that any queue may have a ready
-	// message: what was notified while it was cut off is lost.
-	waitFor(t, heard, "", func() {})
+	for len(heard) > 0 {
+		<-heard
+	}
 	waitFor(t, heard, q, notify)
 }
