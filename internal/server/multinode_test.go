@@ -362,18 +362,20 @@ func testWakeUp(t *testing.T, a, b *node) {
 		slices.Sort(lat)
 		return lat
 	}
-	// Loose enough for a loaded CI machine, and far below the poll's wait
-	// (10 s), its only other way to answer. On a machine busy with other
-	// test packages a set of rounds may miss by a little; a second set
-	// decides.
+	// The poll's only other way to answer is its wait (10 s) running out:
+	// a waiting poll reads nothing until woken. So every answer well below
+	// it came from the notification; how fast is for the benchmarks. The
+	// bounds are loose enough for a CI machine busy with other packages
+	// (seen there: a median of 232 ms, a slowest of 2.7 s, where a quiet
+	// machine answers in 5 to 15 ms); a second set of rounds decides.
 	for try := 1; ; try++ {
 		lat := rounds()
 		t.Logf("publish on A to long poll answered on B: %v", lat)
-		if lat[len(lat)/2] <= 200*time.Millisecond && lat[len(lat)-1] <= 800*time.Millisecond {
+		if lat[len(lat)/2] <= time.Second && lat[len(lat)-1] <= 5*time.Second {
 			return
 		}
 		if try == 2 {
-			t.Fatalf("wake-up latencies %v: want a median under 200ms and none over 800ms", lat)
+			t.Fatalf("wake-up latencies %v: want a median under 1s and none over 5s (the poll's wait is 10s)", lat)
 		}
 	}
 }
