@@ -430,12 +430,14 @@ func wakeRounds(t *testing.T, l *pgLink, when string) {
 		lat := wakeLatencies(t, l)
 		t.Logf("%s: publish (on B, A, B, …) to the long poll's answer on A: %v", when, lat)
 		slices.Sort(lat)
-		// Loose enough for a loaded machine, far below the poll's wait.
-		if lat[len(lat)/2] <= 250*time.Millisecond && lat[len(lat)-1] <= 900*time.Millisecond {
+		// Far below the poll's wait (10 s), its only other way to answer,
+		// and loose enough for a CI machine busy with other packages (how
+		// fast is for the benchmarks).
+		if lat[len(lat)/2] <= time.Second && lat[len(lat)-1] <= 5*time.Second {
 			return
 		}
 		if try == 2 {
-			t.Fatalf("%s: wake-up latencies %v: want a median under 250ms and none over 900ms", when, lat)
+			t.Fatalf("%s: wake-up latencies %v: want a median under 1s and none over 5s (the poll's wait is 10s)", when, lat)
 		}
 	}
 }
