@@ -44,6 +44,10 @@ func CheckEnvelope(raw []byte) (PublishMessage, []Violation) {
 	if !f.read(raw) {
 		return PublishMessage{}, []Violation{{Rule: RuleEnvelopeMalformed, Message: "The envelope must be one JSON object."}}
 	}
+	if f.folded != "" {
+		return PublishMessage{}, []Violation{{Rule: RuleEnvelopeMalformed, Message: fmt.Sprintf(
+			"The envelope has a member %q, which differs from a member the bus reads only by case: names are exact (som_version, message_id, message_type, correlation_id, payload).", f.folded)}}
+	}
 	var vs []Violation
 	if v, ok := jsonText(f.somVersion); !ok || !validSomVersion(v) {
 		vs = append(vs, Violation{Rule: RuleEnvelopeSomVersion, Message: "som_version must be a string MAJOR.MINOR.PATCH with major 1, such as \"1.0.0\"."})
@@ -87,7 +91,14 @@ func CheckEnvelope(raw []byte) (PublishMessage, []Violation) {
 // are checked (nil when absent).
 type envelopeFields struct {
 	somVersion, messageID, messageType, correlationID, payload []byte
+	// folded is a member name that differs from a checked one only by
+	// case ("" when none): readers that match names regardless of case
+	// (Go's encoding/json) would take it for that member, so it is refused.
+	folded string
 }
+
+// checkedNames are the envelope members the bus reads.
+var checkedNames = [...]string{"som_version", "message_id", "message_type", "correlation_id", "payload"}
 
 // read finds the members of the JSON object b, a syntactically valid JSON
 // text; false when b is not an object. A name given twice (strictjson
@@ -124,6 +135,12 @@ func (f *envelopeFields) read(b []byte) bool {
 			f.correlationID = v
 		case "payload":
 			f.payload = v
+		default:
+			for _, c := range checkedNames {
+				if f.folded == "" && len(name) == len(c) && strings.EqualFold(string(name), c) {
+					f.folded = string(name)
+				}
+			}
 		}
 		i = strictjson.SkipSpace(b, i)
 		if i < len(b) && b[i] == ',' {
