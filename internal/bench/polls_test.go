@@ -42,7 +42,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -256,26 +255,7 @@ func (n *pollNode) call(ctx context.Context, method, path, bearer string, body, 
 }
 
 func (n *pollNode) token(ctx context.Context, id, secret string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", n.url+"/v1/oauth/token",
-		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(id, secret)
-	resp, err := n.http.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var tr struct {
-		AccessToken string `json:"access_token"`
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || json.Unmarshal(b, &tr) != nil {
-		return "", fmt.Errorf("token: %d %.300s", resp.StatusCode, b)
-	}
-	return tr.AccessToken, nil
+	return servertest.FetchToken(ctx, n.http, n.url, id, secret)
 }
 
 // connection creates a connection with a secret and a token.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -279,29 +277,7 @@ func newConn(t testing.TB, n *node, ws, kind string) conn {
 
 // token swaps a connection's credentials for an access token.
 func (n *node) token(ctx context.Context, clientID, secret string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", n.URL+"/v1/oauth/token",
-		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(clientID, secret)
-	resp, err := n.HTTP.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("token: %d %s", resp.StatusCode, b)
-	}
-	var tr struct {
-		AccessToken string `json:"access_token"`
-	}
-	if err := json.Unmarshal(b, &tr); err != nil {
-		return "", err
-	}
-	return tr.AccessToken, nil
+	return servertest.FetchToken(ctx, n.HTTP, n.URL, clientID, secret)
 }
 
 // envelope is a valid envelope of story with payload {"i": i, "pad": pad}.

@@ -300,6 +300,33 @@ func (n *Node) TokenResponse(clientID, secret string) *Response {
 	return n.Send(req)
 }
 
+// FetchToken swaps a connection's credentials for an access token at the
+// token endpoint of the node at baseURL, through c; an answer other than
+// 200 is an error naming its status and body. For callers that are not a
+// test's Node (a process started apart, a load run).
+func FetchToken(ctx context.Context, c *http.Client, baseURL, clientID, secret string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", baseURL+"/v1/oauth/token",
+		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(clientID, secret)
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var tr struct {
+		AccessToken string `json:"access_token"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &tr) != nil {
+		return "", fmt.Errorf("token: %d %.300s", resp.StatusCode, b)
+	}
+	return tr.AccessToken, nil
+}
+
 // Token swaps credentials for an access token (fails the test otherwise).
 func (n *Node) Token(clientID, secret string) string {
 	n.T.Helper()
