@@ -29,40 +29,100 @@ type dbq struct {
 	heads *heads // the writer's index of story heads; nil on the read pool
 }
 
-func (d *dbq) exec(query string, args ...any) (sql.Result, error) {
+// execResult is what an exec changed.
+type execResult struct{ affected int64 }
+
+// RowsAffected is the number of rows the statement changed.
+func (r execResult) RowsAffected() (int64, error) { return r.affected, nil }
+
+func (d *dbq) exec(query string, args ...any) (execResult, error) {
 	if d.stmts != nil {
-		st, err := d.stmts.get(d.ctx, query)
+		st, err := d.stmts.get(query)
 		if err != nil {
-			return nil, err
+			return execResult{}, err
 		}
-		return st.ExecContext(d.ctx, args...)
+		n, err := st.exec(args)
+		st.release()
+		return execResult{affected: n}, err
 	}
-	return d.q.ExecContext(d.ctx, query, args...)
+	res, err := d.q.ExecContext(d.ctx, query, readArgs(args)...)
+	if err != nil {
+		return execResult{}, err
+	}
+	n, err := res.RowsAffected()
+	return execResult{affected: n}, err
 }
 
-func (d *dbq) query(query string, args ...any) (*sql.Rows, error) {
+func (d *dbq) query(query string, args ...any) (*rows, error) {
 	if d.stmts != nil {
-		st, err := d.stmts.get(d.ctx, query)
+		st, err := d.stmts.get(query)
 		if err != nil {
 			return nil, err
 		}
-		return st.QueryContext(d.ctx, args...)
+		if err := st.bind(args); err != nil {
+			st.reset()
+			st.release()
+			return nil, err
+		}
+		st.rows = rows{st: st}
+		return &st.rows, nil
 	}
-	return d.q.QueryContext(d.ctx, query, args...)
+	r, err := d.q.QueryContext(d.ctx, query, readArgs(args)...)
+	if err != nil {
+		return nil, err
+	}
+	return &rows{sr: r}, nil
 }
 
 // row runs a query of at most one row; its Scan reports sql.ErrNoRows.
-func (d *dbq) row(query string, args ...any) *sql.Row {
-	if d.stmts != nil {
-		st, err := d.stmts.get(d.ctx, query)
-		if err != nil {
-			// Let the error surface from Scan, through the plain path.
-			return d.q.QueryRowContext(d.ctx, query, args...)
-		}
-		return st.QueryRowContext(d.ctx, args...)
+func (d *dbq) row(query string, args ...any) *row {
+	r, err := d.query(query, args...)
+	if err != nil {
+		return &row{err: err}
 	}
-	return d.q.QueryRowContext(d.ctx, query, args...)
+	if r.st != nil {
+		r.st.row = row{r: *r}
+		return &r.st.row
+	}
+	return &row{r: *r}
 }
+
+// readArgs copies statement arguments for database/sql (the read path):
+// each value is copied out of its interface, so that the caller's
+// arguments need not live on the heap (the writer's path keeps none).
+func readArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case nil:
+		case int64:
+			out[i] = v
+		case int:
+			out[i] = v
+		case int32:
+			out[i] = v
+		case bool:
+			out[i] = v
+		case float64:
+			out[i] = v
+		case string:
+			out[i] = v
+		case []byte:
+			out[i] = v
+		case sql.NullInt64:
+			out[i] = v
+		case sql.NullString:
+			out[i] = v
+		default:
+			out[i] = errUnsupportedArg{i}
+		}
+	}
+	return out
+}
+
+// errUnsupportedArg stands for an argument of a type neither path binds:
+// the driver refuses it.
+type errUnsupportedArg struct{ i int }
 
 // affected runs an exec and returns the number of rows it changed.
 func (d *dbq) affected(query string, args ...any) (int64, error) {
@@ -76,31 +136,63 @@ func (d *dbq) affected(query string, args ...any) (int64, error) {
 // stmtCache keeps the write connection's prepared statements by their text.
 // Only the writer goroutine uses it, so it needs no lock.
 type stmtCache struct {
-	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
+	conn  *rawConn
+	stmts map[string]*wstmt
+	// used are the statements handed out since the last settle.
+	used []*wstmt
 }
 
-func newStmtCache(c *sql.Conn) *stmtCache {
-	return &stmtCache{conn: c, stmts: make(map[string]*sql.Stmt)}
+func newStmtCache(c *rawConn) *stmtCache {
+	return &stmtCache{conn: c, stmts: make(map[string]*wstmt)}
 }
 
-func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st, ok := c.stmts[query]; ok {
-		return st, nil
+// get returns the prepared statement of query. One in use (its rows are
+// being read) is not handed out twice: a statement of its own is prepared
+// for the nested use, and finalized when done.
+func (c *stmtCache) get(query string) (*wstmt, error) {
+	st, ok := c.stmts[query]
+	if !ok || st.busy {
+		var err error
+		if st, err = c.conn.prepare(query); err != nil {
+			return nil, err
+		}
+		if !ok {
+			st.cached = true
+			c.stmts[query] = st
+		}
 	}
-	st, err := c.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	c.stmts[query] = st
+	c.used = append(c.used, st)
 	return st, nil
 }
 
+// release ends a statement's use when it was not cached (see get).
+func (s *wstmt) release() {
+	if !s.cached {
+		s.finalize()
+	}
+}
+
+// settle resets the statements an operation left running (rows it did not
+// close, a panic mid-read): a statement still running would keep the
+// transaction's savepoint and COMMIT from completing.
+func (c *stmtCache) settle() {
+	for i, st := range c.used {
+		st.reset()
+		if !st.cached {
+			st.finalize()
+		}
+		c.used[i] = nil
+	}
+	c.used = c.used[:0]
+}
+
 func (c *stmtCache) close() {
+	c.settle()
 	for q, st := range c.stmts {
-		_ = st.Close()
+		st.finalize()
 		delete(c.stmts, q)
 	}
+	c.conn.free()
 }
 
 // interpretError maps a driver error onto the bus sentinels, once, so that
@@ -118,6 +210,10 @@ func interpretError(err error) error {
 	}
 	if errors.Is(err, sql.ErrConnDone) {
 		return fmt.Errorf("sqlite: %w: %w", bus.ErrUnavailable, err)
+	}
+	var re *sqliteError
+	if errors.As(err, &re) {
+		return interpretCode(re.code, re.msg)
 	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

@@ -36,7 +36,7 @@ type counted struct {
 
 // scanCounts reads the columns lead, then queueCountCols, of one row at
 // now (milliseconds).
-func scanCounts(rows *sql.Rows, n int64, lead ...any) (counted, error) {
+func scanCounts(rows *rows, n int64, lead ...any) (counted, error) {
 	var c counted
 	var oldest sql.NullInt64
 	if err := rows.Scan(append(lead, &c.messages, &c.st.DeadLetters, &oldest)...); err != nil {

@@ -263,8 +263,16 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, interpretError(err))
 	}
 
+	var raw *rawConn
+	if err := wconn.Raw(func(dc any) (err error) { raw, err = rawHandle(dc); return err }); err != nil {
+		_ = rdb.Close()
+		_ = wconn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+
 	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb, lock: lock}
-	s.w = newWriter(wconn, path+"-wal", wal, opts.syncCommits, logger)
+	s.w = newWriter(wconn, raw, path+"-wal", wal, opts.syncCommits, logger)
 	ok = true
 	return s, nil
 }

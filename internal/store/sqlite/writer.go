@@ -119,11 +119,11 @@ type committed struct {
 	wrote bool // the batch changed rows (else there is nothing to sync)
 }
 
-func newWriter(conn *sql.Conn, walPath string, wal walPolicy, syncCommits bool, log *slog.Logger) *writer {
+func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, syncCommits bool, log *slog.Logger) *writer {
 	w := &writer{
 		wal:         wal,
 		conn:        conn,
-		stmts:       newStmtCache(conn),
+		stmts:       newStmtCache(raw),
 		heads:       newHeads(),
 		walPath:     walPath,
 		log:         log,
@@ -317,6 +317,7 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 	}
 	before := w.heads.changes
 	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts, heads: w.heads})
+	w.stmts.settle()
 	if o.err != nil && w.heads.changes != before {
 		// The savepoint's rollback undoes what o wrote; the index cannot
 		// undo o's changes, so it loads again from the tables.
@@ -375,10 +376,12 @@ func (w *writer) committed(live []*op) {
 	// after the batches before it, whose writes it may have read.
 	wrote := true
 	var n int64
-	if st, err := w.stmts.get(context.Background(), "SELECT total_changes()"); err == nil && st.QueryRowContext(context.Background()).Scan(&n) == nil {
+	d := dbq{ctx: context.Background(), stmts: w.stmts}
+	if d.row("SELECT total_changes()").Scan(&n) == nil {
 		wrote = n != w.changes
 		w.changes = n
 	}
+	w.stmts.settle()
 	w.inflight.Add(1)
 	w.synced <- &committed{ops: live, wrote: wrote}
 }
@@ -531,12 +534,11 @@ func runOp(o *op, d *dbq) (panicked any, err error) {
 }
 
 // exec runs a statement of the transaction's frame through the cache.
-func (w *writer) exec(ctx context.Context, query string) (sql.Result, error) {
-	st, err := w.stmts.get(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx)
+func (w *writer) exec(ctx context.Context, query string) (execResult, error) {
+	d := dbq{ctx: ctx, stmts: w.stmts}
+	res, err := d.exec(query)
+	w.stmts.settle()
+	return res, err
 }
 
 // maybeCheckpoint truncates the WAL once it grew past the policy's limit.
