@@ -193,7 +193,25 @@ func (s *wstmt) bindOne(i int32, a any) error {
 			rc = s.bindText(i, v.String)
 		}
 	default:
-		return fmt.Errorf("sqlite: argument %d: unsupported type", i)
+		// A named kind (a string type, json.RawMessage, …), as database/sql
+		// converts it.
+		switch v := reflect.ValueOf(a); v.Kind() {
+		case reflect.String:
+			rc = s.bindText(i, v.String())
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, v.Int())
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, int64(v.Uint()))
+		case reflect.Bool:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, int64(boolInt(v.Bool())))
+		case reflect.Slice:
+			if v.Type().Elem().Kind() != reflect.Uint8 {
+				return fmt.Errorf("sqlite: argument %d: unsupported type", i)
+			}
+			rc = s.bindBlob(i, v.Bytes())
+		default:
+			return fmt.Errorf("sqlite: argument %d: unsupported type", i)
+		}
 	}
 	if rc != sqlite3.SQLITE_OK {
 		return s.c.errstr(rc)
@@ -305,17 +323,17 @@ func (s *wstmt) column(i int, dest any) error {
 	switch d := dest.(type) {
 	case *int64:
 		if ct != sqlite3.SQLITE_INTEGER {
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 		*d = sqlite3.Xsqlite3_column_int64(tls, p, int32(i))
 	case *int:
 		if ct != sqlite3.SQLITE_INTEGER {
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 		*d = int(sqlite3.Xsqlite3_column_int64(tls, p, int32(i)))
 	case *bool:
 		if ct != sqlite3.SQLITE_INTEGER {
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 		*d = sqlite3.Xsqlite3_column_int64(tls, p, int32(i)) != 0
 	case *string:
@@ -325,7 +343,7 @@ func (s *wstmt) column(i int, dest any) error {
 		case sqlite3.SQLITE_INTEGER:
 			*d = strconv.FormatInt(sqlite3.Xsqlite3_column_int64(tls, p, int32(i)), 10)
 		default:
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 	case *[]byte:
 		switch ct {
@@ -334,7 +352,7 @@ func (s *wstmt) column(i int, dest any) error {
 		case sqlite3.SQLITE_TEXT, sqlite3.SQLITE_BLOB:
 			*d = s.blob(i)
 		default:
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 	case *sql.NullInt64:
 		switch ct {
@@ -343,7 +361,7 @@ func (s *wstmt) column(i int, dest any) error {
 		case sqlite3.SQLITE_INTEGER:
 			*d = sql.NullInt64{Int64: sqlite3.Xsqlite3_column_int64(tls, p, int32(i)), Valid: true}
 		default:
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 	case *sql.NullString:
 		switch ct {
@@ -352,12 +370,23 @@ func (s *wstmt) column(i int, dest any) error {
 		case sqlite3.SQLITE_TEXT, sqlite3.SQLITE_BLOB:
 			*d = sql.NullString{String: s.text(i), Valid: true}
 		default:
-			return s.convert(i, ct, dest)
+			return s.convert(i, ct, hide(dest))
 		}
 	default:
-		return s.convert(i, ct, dest)
+		return s.convert(i, ct, hide(dest))
 	}
 	return nil
+}
+
+// hide returns x with its origin hidden from escape analysis, so that the
+// destinations of a Scan can stay on their caller's stack although the
+// rare conversions (convertValue: reflection, sql.Scanner) would let them
+// escape. It is sound because convertValue keeps no reference to dest
+// once it returns (a sql.Scanner keeping its receiver would be a bug of
+// its own).
+func hide(x any) any {
+	p := uintptr(unsafe.Pointer(&x))
+	return *(*any)(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
 }
 
 // convert is the uncommon case of column: the value goes through
@@ -616,7 +645,7 @@ func assignValue(i int, v any, dest any) error {
 			return nil
 		}
 	}
-	return convertValue(i, v, dest)
+	return convertValue(i, v, hide(dest))
 }
 
 // Err is the error that ended Next, if any.
