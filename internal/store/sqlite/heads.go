@@ -156,6 +156,7 @@ type headQueue struct {
 	byVis   *btree.BTreeG[*head]   // every story
 	recv    *btree.BTreeG[*head]   // stories whose head was received (receiveCount > 0)
 	out     *btree.BTreeG[outHead] // the same stories, as values (published for the counts)
+	pivot   head                   // nextVisible's search key (the writer's alone)
 }
 
 func newHeads() *heads {
@@ -346,7 +347,8 @@ func (q *headQueue) update(s *head, fn func(s *head)) {
 // nextVisible is the earliest visible_at after now, 0 if none.
 func (q *headQueue) nextVisible(now int64) int64 {
 	var at int64
-	q.byVis.AscendGreaterOrEqual(&head{visibleAt: now + 1, id: math.MinInt64}, func(s *head) bool {
+	q.pivot = head{visibleAt: now + 1, id: math.MinInt64}
+	q.byVis.AscendGreaterOrEqual(&q.pivot, func(s *head) bool {
 		at = s.visibleAt
 		return false
 	})
@@ -355,7 +357,7 @@ func (q *headQueue) nextVisible(now int64) int64 {
 
 // visible returns up to n stories visible at now, in claim order.
 func (q *headQueue) visible(now int64, n int) []*head {
-	var out []*head
+	out := make([]*head, 0, min(n, 64))
 	q.byVis.Ascend(func(s *head) bool {
 		if s.visibleAt > now || len(out) >= n {
 			return false
