@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -114,15 +117,35 @@ func readArgs(args []any) []any {
 		case sql.NullString:
 			out[i] = v
 		default:
-			out[i] = errUnsupportedArg{i}
+			// A named kind, as the writer's path binds it (wconn.go). The
+			// value is copied (it may live on the caller's stack, which
+			// hide keeps from escape analysis: see hide).
+			switch v := reflect.ValueOf(hide(a)); v.Kind() {
+			case reflect.String:
+				out[i] = strings.Clone(v.String())
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+				out[i] = v.Int()
+			case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+				out[i] = int64(v.Uint())
+			case reflect.Bool:
+				out[i] = v.Bool()
+			case reflect.Slice:
+				if v.Type().Elem().Kind() == reflect.Uint8 {
+					out[i] = bytes.Clone(v.Bytes())
+					break
+				}
+				fallthrough
+			default:
+				out[i] = unsupportedArg{}
+			}
 		}
 	}
 	return out
 }
 
-// errUnsupportedArg stands for an argument of a type neither path binds:
-// the driver refuses it.
-type errUnsupportedArg struct{ i int }
+// unsupportedArg stands for an argument of a type neither path binds: the
+// driver refuses it, as it refused it before.
+type unsupportedArg struct{}
 
 // affected runs an exec and returns the number of rows it changed.
 func (d *dbq) affected(query string, args ...any) (int64, error) {

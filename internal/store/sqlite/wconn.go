@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"strconv"
@@ -19,7 +18,7 @@ import (
 // instead of through database/sql and the driver, which per statement
 // allocate the argument lists, a Rows object with its column names and
 // types, a box for each value read, and a copy of each value scanned:
-// together about 40 allocations per message of a drain. Here a statement
+// about 30 of the 53 allocations a drained message cost. Here a statement
 // is prepared once, its arguments are bound in place, and a row's columns
 // are read straight into the caller's variables. The SQL, the transaction
 // frame (BEGIN IMMEDIATE, savepoints, COMMIT, all run by the writer as
@@ -331,6 +330,15 @@ func (s *wstmt) column(i int, dest any) error {
 			return s.convert(i, ct, hide(dest))
 		}
 		*d = int(sqlite3.Xsqlite3_column_int64(tls, p, int32(i)))
+	case *float64:
+		switch ct {
+		case sqlite3.SQLITE_FLOAT:
+			*d = sqlite3.Xsqlite3_column_double(tls, p, int32(i))
+		case sqlite3.SQLITE_INTEGER:
+			*d = float64(sqlite3.Xsqlite3_column_int64(tls, p, int32(i)))
+		default:
+			return s.convert(i, ct, hide(dest))
+		}
 	case *bool:
 		if ct != sqlite3.SQLITE_INTEGER {
 			return s.convert(i, ct, hide(dest))
@@ -379,11 +387,12 @@ func (s *wstmt) column(i int, dest any) error {
 }
 
 // hide returns x with its origin hidden from escape analysis, so that the
-// destinations of a Scan can stay on their caller's stack although the
-// rare conversions (convertValue: reflection, sql.Scanner) would let them
-// escape. It is sound because convertValue keeps no reference to dest
-// once it returns (a sql.Scanner keeping its receiver would be a bug of
-// its own).
+// destinations of a Scan (and the arguments of a statement) can stay on
+// their caller's stack although the rare conversions (convertValue:
+// reflection, sql.Scanner; readArgs: reflection) would let them escape.
+// It is sound because those keep no reference to x once they return
+// (readArgs copies what it reads; a sql.Scanner keeping its receiver
+// would be a bug of its own).
 func hide(x any) any {
 	p := uintptr(unsafe.Pointer(&x))
 	return *(*any)(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
@@ -692,5 +701,3 @@ func (w *row) Scan(dest ...any) error {
 	}
 	return w.r.Scan(dest...)
 }
-
-var _ io.Closer = (*rows)(nil)
