@@ -93,6 +93,12 @@ func (c *rawConn) errstr(rc int32) error {
 	return &sqliteError{code: int(rc), msg: fmt.Sprintf("%s: %s (%v)%s", str, msg, rc, busy)}
 }
 
+// totalChanges is SQLite's total_changes(): the rows changed since the
+// connection opened.
+func (c *rawConn) totalChanges() int64 {
+	return int64(sqlite3.Xsqlite3_total_changes64(c.tls, c.db))
+}
+
 // prepare compiles one statement.
 func (c *rawConn) prepare(query string) (*wstmt, error) {
 	z, err := libc.CString(query)

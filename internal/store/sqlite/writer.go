@@ -374,14 +374,9 @@ func (w *writer) committed(live []*op) {
 	// A batch that changed no row (receives of an empty queue, reads)
 	// wrote no WAL frame: it needs no fsync of its own, but is answered
 	// after the batches before it, whose writes it may have read.
-	wrote := true
-	var n int64
-	d := dbq{ctx: context.Background(), stmts: w.stmts}
-	if d.row("SELECT total_changes()").Scan(&n) == nil {
-		wrote = n != w.changes
-		w.changes = n
-	}
-	w.stmts.settle()
+	n := w.stmts.conn.totalChanges()
+	wrote := n != w.changes
+	w.changes = n
 	w.inflight.Add(1)
 	w.synced <- &committed{ops: live, wrote: wrote}
 }
