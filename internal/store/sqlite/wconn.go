@@ -56,19 +56,29 @@ func rawHandle(dc any) (*rawConn, error) {
 	if s.PkgPath() != "modernc.org/sqlite" || s.Name() != "conn" || s.NumField() < 2 ||
 		s.Field(0).Name != "db" || s.Field(0).Type.Kind() != reflect.Uintptr || s.Field(0).Offset != 0 ||
 		s.Field(1).Name != "tls" || s.Field(1).Type != reflect.TypeOf((*libc.TLS)(nil)) ||
-		s.Field(1).Offset != unsafe.Offsetof(driverConnLayout{}.tls) {
+		s.Field(1).Offset != reflect.TypeOf(driverConnLayout{}).Field(1).Offset {
 		return nil, fmt.Errorf("sqlite: modernc.org/sqlite's connection (%v) does not have the layout this build reads", t)
 	}
-	l := (*driverConnLayout)(reflect.ValueOf(dc).UnsafePointer())
+	l := (*driverConnLayout)(reflect.ValueOf(dc).UnsafePointer()) //nolint:gosec // G103: the layout was checked above
 	if l.db == 0 || l.tls == nil {
 		return nil, errors.New("sqlite: the driver's connection is closed")
 	}
 	return &rawConn{tls: l.tls, db: l.db}, nil
 }
 
-// cmem turns an address of C memory (libc's heap, never moved nor
-// collected by Go) into a pointer.
-func cmem(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+// cbytes is a view of n bytes of C memory at p (libc's heap, SQLite's
+// memory: never moved nor collected by Go), valid while the memory is.
+func cbytes(p uintptr, n int) []byte {
+	return unsafe.Slice(*(**byte)(unsafe.Pointer(&p)), n) //nolint:gosec // G103: C memory, see above
+}
+
+// cword reads the pointer-sized word of C memory at p.
+func cword(p uintptr) uintptr {
+	return *(*uintptr)(*(*unsafe.Pointer)(unsafe.Pointer(&p))) //nolint:gosec // G103: C memory, see cbytes
+}
+
+// ptrSize is the size of a C pointer.
+const ptrSize = 4 << (^uintptr(0) >> 63)
 
 // sqliteError is an error of an SQLite call, with its result code; the
 // message is the driver's ("errstr: errmsg (code)").
@@ -96,7 +106,7 @@ func (c *rawConn) errstr(rc int32) error {
 // totalChanges is SQLite's total_changes(): the rows changed since the
 // connection opened.
 func (c *rawConn) totalChanges() int64 {
-	return int64(sqlite3.Xsqlite3_total_changes64(c.tls, c.db))
+	return sqlite3.Xsqlite3_total_changes64(c.tls, c.db)
 }
 
 // prepare compiles one statement.
@@ -106,20 +116,20 @@ func (c *rawConn) prepare(query string) (*wstmt, error) {
 		return nil, err
 	}
 	defer libc.Xfree(c.tls, z)
-	out := libc.Xcalloc(c.tls, 2, types.Size_t(unsafe.Sizeof(uintptr(0)))) // the statement, the tail
+	out := libc.Xcalloc(c.tls, 2, ptrSize) // the statement, the tail
 	if out == 0 {
 		return nil, c.errstr(sqlite3.SQLITE_NOMEM)
 	}
 	defer libc.Xfree(c.tls, out)
-	tail := out + unsafe.Sizeof(uintptr(0))
+	tail := out + ptrSize
 	if rc := sqlite3.Xsqlite3_prepare_v2(c.tls, c.db, z, -1, out, tail); rc != sqlite3.SQLITE_OK {
 		return nil, c.errstr(rc)
 	}
-	p := *(*uintptr)(cmem(out))
+	p := cword(out)
 	if p == 0 {
 		return nil, fmt.Errorf("sqlite: no statement in %q", query)
 	}
-	if t := *(*uintptr)(cmem(tail)); *(*byte)(cmem(t)) != 0 {
+	if t := cword(tail); cbytes(t, 1)[0] != 0 {
 		sqlite3.Xsqlite3_finalize(c.tls, p)
 		return nil, fmt.Errorf("sqlite: more than one statement in %q", query)
 	}
@@ -228,7 +238,11 @@ func (s *wstmt) bindOne(i int32, a any) error {
 // address may move, a goroutine stack's when it grows), from which SQLite
 // copies them during the call (SQLITE_TRANSIENT).
 func (s *wstmt) bindText(i int32, v string) int32 {
-	p, rc := s.c.stage(v)
+	p, rc := s.c.grow(len(v))
+	if rc != sqlite3.SQLITE_OK {
+		return rc
+	}
+	copy(cbytes(p, len(v)), v)
 	if rc != sqlite3.SQLITE_OK {
 		return rc
 	}
@@ -237,28 +251,31 @@ func (s *wstmt) bindText(i int32, v string) int32 {
 
 // bindBlob binds blob v as bindText binds text (nil is an empty blob).
 func (s *wstmt) bindBlob(i int32, v []byte) int32 {
-	p, rc := s.c.stage(unsafe.String(unsafe.SliceData(v), len(v)))
+	p, rc := s.c.grow(len(v))
+	if rc != sqlite3.SQLITE_OK {
+		return rc
+	}
+	copy(cbytes(p, len(v)), v)
 	if rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	return sqlite3.Xsqlite3_bind_blob(s.c.tls, s.p, i, p, int32(len(v)), sqlite3.SQLITE_TRANSIENT)
 }
 
-// stage copies v into the connection's C buffer, grown as needed, and
-// returns its address.
-func (c *rawConn) stage(v string) (uintptr, int32) {
-	if len(v) > math.MaxInt32-1 {
+// grow makes the connection's C buffer hold at least n bytes and returns
+// its address.
+func (c *rawConn) grow(size int) (uintptr, int32) {
+	if size > math.MaxInt32-1 {
 		return 0, sqlite3.SQLITE_TOOBIG
 	}
-	if len(v)+1 > c.scratchLen {
-		n := max(256, 2*c.scratchLen, len(v)+1)
+	if size+1 > c.scratchLen {
+		n := max(256, 2*c.scratchLen, size+1)
 		p := libc.Xrealloc(c.tls, c.scratch, types.Size_t(n))
 		if p == 0 {
 			return 0, sqlite3.SQLITE_NOMEM
 		}
 		c.scratch, c.scratchLen = p, n
 	}
-	copy(unsafe.Slice((*byte)(cmem(c.scratch)), len(v)), v)
 	return c.scratch, sqlite3.SQLITE_OK
 }
 
@@ -315,7 +332,7 @@ func (s *wstmt) exec(args []any) (int64, error) {
 			return 0, err
 		}
 		if !more {
-			return int64(sqlite3.Xsqlite3_changes64(s.c.tls, s.c.db)), nil
+			return sqlite3.Xsqlite3_changes64(s.c.tls, s.c.db), nil
 		}
 	}
 }
@@ -400,8 +417,8 @@ func (s *wstmt) column(i int, dest any) error {
 // (readArgs copies what it reads; a sql.Scanner keeping its receiver
 // would be a bug of its own).
 func hide(x any) any {
-	p := uintptr(unsafe.Pointer(&x))
-	return *(*any)(*(*unsafe.Pointer)(unsafe.Pointer(&p)))
+	p := uintptr(unsafe.Pointer(&x))                       //nolint:gosec // G103: see above
+	return *(*any)(*(*unsafe.Pointer)(unsafe.Pointer(&p))) //nolint:gosec // G103: see above
 }
 
 // convert is the uncommon case of column: the value goes through
@@ -428,11 +445,11 @@ func (s *wstmt) text(i int) string {
 	if p == 0 || n == 0 {
 		return ""
 	}
-	c := unsafe.String((*byte)(cmem(p)), n)
-	if last := s.last[i]; last == c {
+	c := cbytes(p, n)
+	if last := s.last[i]; last == string(c) {
 		return last
 	}
-	v := string([]byte(c))
+	v := string(c)
 	if n <= maxInterned {
 		s.last[i] = v
 	}
@@ -448,7 +465,7 @@ func (s *wstmt) blob(i int) []byte {
 		return nil
 	}
 	b := make([]byte, n)
-	copy(b, unsafe.Slice((*byte)(cmem(p)), n))
+	copy(b, cbytes(p, n))
 	return b
 }
 

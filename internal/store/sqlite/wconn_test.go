@@ -18,15 +18,14 @@ type kvName string
 
 // kvRow is one row of kv as the tests read it.
 type kvRow struct {
-	k     kvName
-	n     sql.NullInt64
-	b     json.RawMessage
-	s     sql.NullString
-	f     float64
-	raw   []byte
-	flag  bool
-	text  string
-	count int
+	k    kvName
+	n    sql.NullInt64
+	b    json.RawMessage
+	s    sql.NullString
+	f    float64
+	raw  []byte
+	flag bool
+	text string
 }
 
 func kvPut(t *testing.T, s *Store) {
