@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -129,7 +130,7 @@ func (c *rawConn) prepare(query string) (*wstmt, error) {
 	if p == 0 {
 		return nil, fmt.Errorf("sqlite: no statement in %q", query)
 	}
-	if t := cword(tail); cbytes(t, 1)[0] != 0 {
+	if rest := strings.Trim(libc.GoString(cword(tail)), " \t\r\n;"); rest != "" {
 		sqlite3.Xsqlite3_finalize(c.tls, p)
 		return nil, fmt.Errorf("sqlite: more than one statement in %q", query)
 	}

@@ -215,6 +215,22 @@ func TestWriterStatementEdges(t *testing.T) {
 		t.Errorf("after the open rows and the panic: a = %d (want 10: the panicking operation rolled back), b = %d (want 3)", a, b)
 	}
 
+	// A statement with a trailing semicolon is one statement; two are
+	// refused.
+	err = s.w.do(ctx, func(d *dbq) error {
+		var n int
+		if err := d.row("SELECT count(*) FROM kv;\n").Scan(&n); err != nil || n != 4 {
+			t.Errorf("trailing semicolon: %d, %v", n, err)
+		}
+		if _, err := d.exec("UPDATE kv SET n = 0; UPDATE kv SET n = 1"); err == nil {
+			t.Error("two statements in one exec: no error")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// A unique violation through the writer's statements.
 	err = s.w.do(ctx, func(d *dbq) error {
 		_, err := d.exec(`INSERT INTO kv(k) VALUES (?)`, "a")
