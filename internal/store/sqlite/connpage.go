@@ -37,7 +37,7 @@ func (t *tx) ConnectionPage(p bus.ConnectionPageParams) (bus.ConnectionPageResul
 	var seqs []int64
 	for rows.Next() {
 		var seq int64
-		c, err := scanConn(seqScanner{rows, &seq})
+		c, err := scanConn(seqScanner{&rows, &seq})
 		if err != nil {
 			return bus.ConnectionPageResult{}, interpretError(err)
 		}

@@ -56,38 +56,31 @@ func (d *dbq) exec(query string, args ...any) (execResult, error) {
 	return execResult{affected: n}, err
 }
 
-func (d *dbq) query(query string, args ...any) (*rows, error) {
+func (d *dbq) query(query string, args ...any) (rows, error) {
 	if d.stmts != nil {
 		st, err := d.stmts.get(query)
 		if err != nil {
-			return nil, err
+			return rows{}, err
 		}
+		st.gen++
 		if err := st.bind(args); err != nil {
 			st.reset()
 			st.release()
-			return nil, err
+			return rows{}, err
 		}
-		st.rows = rows{st: st}
-		return &st.rows, nil
+		return rows{st: st, gen: st.gen}, nil
 	}
 	r, err := d.q.QueryContext(d.ctx, query, readArgs(args)...)
 	if err != nil {
-		return nil, err
+		return rows{}, err
 	}
-	return &rows{sr: r}, nil
+	return rows{sr: r}, nil
 }
 
 // row runs a query of at most one row; its Scan reports sql.ErrNoRows.
-func (d *dbq) row(query string, args ...any) *row {
+func (d *dbq) row(query string, args ...any) row {
 	r, err := d.query(query, args...)
-	if err != nil {
-		return &row{err: err}
-	}
-	if r.st != nil {
-		r.st.row = row{r: *r}
-		return &r.st.row
-	}
-	return &row{r: *r}
+	return row{r: r, err: err}
 }
 
 // readArgs copies statement arguments for database/sql (the read path):

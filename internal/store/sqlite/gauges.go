@@ -26,7 +26,7 @@ func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGaug
 		var cs []counted
 		for rows.Next() {
 			var g bus.QueueGauge
-			c, err := scanCounts(rows, n, &g.WorkspaceID, &g.ConnectionID)
+			c, err := scanCounts(&rows, n, &g.WorkspaceID, &g.ConnectionID)
 			if err != nil {
 				_ = rows.Close()
 				return interpretError(err)

@@ -273,7 +273,7 @@ func (t *tx) ConnectionList(workspaceID string, kind bus.ConnectionKind) ([]bus.
 	defer rows.Close()
 	var out []bus.Connection
 	for rows.Next() {
-		c, err := scanConn(rows)
+		c, err := scanConn(&rows)
 		if err != nil {
 			return nil, interpretError(err)
 		}

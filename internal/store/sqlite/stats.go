@@ -101,7 +101,7 @@ func queueStats(d *dbq, snaps *outSnaps, ids []string, now time.Time) (map[strin
 	var cs []counted
 	for rows.Next() {
 		var id string
-		c, err := scanCounts(rows, n, &id)
+		c, err := scanCounts(&rows, n, &id)
 		if err != nil {
 			_ = rows.Close()
 			return nil, interpretError(err)

@@ -137,8 +137,6 @@ func (c *rawConn) prepare(query string) (*wstmt, error) {
 	st := &wstmt{c: c, p: p, ncol: int(sqlite3.Xsqlite3_column_count(c.tls, p))}
 	st.nparam = int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))
 	st.last = make([]string, st.ncol)
-	st.rows.st = st
-	st.row.r.st = st
 	return st, nil
 }
 
@@ -155,8 +153,8 @@ type wstmt struct {
 	// answered with the same string (a queue's messages mostly share their
 	// type, topic and producer).
 	last []string
-	rows rows // handed out by query (one use at a time)
-	row  row  // handed out by row
+	// gen counts the statement's runs: rows of an earlier run are closed.
+	gen uint64
 }
 
 // maxInterned bounds the texts that last keeps.
@@ -323,6 +321,7 @@ func (s *wstmt) step() (bool, error) {
 // exec runs the statement to its end (a RETURNING clause's rows are
 // dropped) and returns the number of rows it changed.
 func (s *wstmt) exec(args []any) (int64, error) {
+	s.gen++
 	defer s.reset()
 	if err := s.bind(args); err != nil {
 		return 0, err
@@ -548,21 +547,26 @@ func convertValue(i int, v any, dest any) error {
 }
 
 // rows is the result of dbq.query: the rows of a writer's statement, or of
-// a read transaction (database/sql).
+// a read transaction (database/sql). It is a value, so that it costs no
+// allocation; rows of a statement that ran again since are closed.
 type rows struct {
 	st     *wstmt
+	gen    uint64 // the statement's run these rows are of
 	sr     *sql.Rows
 	vals   []any // the read path: a row's values, then converted
 	err    error
 	closed bool
 }
 
+// done reports whether the rows of a writer's statement are closed.
+func (r *rows) done() bool { return r.closed || r.gen != r.st.gen }
+
 // Next advances to the next row; false at the end or on an error (Err).
 func (r *rows) Next() bool {
 	if r.sr != nil {
 		return r.sr.Next()
 	}
-	if r.closed {
+	if r.done() {
 		return false
 	}
 	more, err := r.st.step()
@@ -579,7 +583,7 @@ func (r *rows) Scan(dest ...any) error {
 	if r.sr != nil {
 		return r.scanRead(dest)
 	}
-	if r.closed {
+	if r.done() {
 		return errors.New("sql: Rows are closed")
 	}
 	if len(dest) != r.st.ncol {
@@ -694,7 +698,7 @@ func (r *rows) Close() error {
 	if r.sr != nil {
 		return r.sr.Close()
 	}
-	if !r.closed {
+	if !r.done() {
 		r.closed = true
 		r.st.reset()
 		if !r.st.cached {
@@ -712,7 +716,7 @@ type row struct {
 
 // Scan reads the first row into dest and closes; sql.ErrNoRows when there
 // is none.
-func (w *row) Scan(dest ...any) error {
+func (w row) Scan(dest ...any) error {
 	if w.err != nil {
 		return w.err
 	}

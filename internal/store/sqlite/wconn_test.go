@@ -166,6 +166,37 @@ func TestWriterStatementEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Rows of an earlier run of a statement are closed: closing them again
+	// leaves the statement's next run alone.
+	err = s.w.do(ctx, func(d *dbq) error {
+		first, err := d.query(all)
+		if err != nil {
+			return err
+		}
+		for first.Next() {
+		}
+		second, err := d.query(all)
+		if err != nil {
+			return err
+		}
+		second.Next()
+		_ = first.Close()
+		if first.Next() {
+			t.Error("rows of an earlier run read a row")
+		}
+		n := 1
+		for second.Next() {
+			n++
+		}
+		if n != 4 || second.Err() != nil {
+			t.Errorf("the second run read %d rows (%v) after the first's Close, want 4", n, second.Err())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// Rows left open, then a panic mid-read: the writes after them commit.
 	if err := s.w.do(ctx, func(d *dbq) error {
 		rows, err := d.query(all)
