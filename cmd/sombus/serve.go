@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -81,6 +82,9 @@ func newServeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			idleCtx, stopIdle := context.WithCancel(context.Background())
+			defer stopIdle()
+			go collectWhenIdle(idleCtx, cfg.Logger)
 			werr := srv.Wait(cmd.Context())
 			cfg.Logger.Info("shutting down")
 			if err := srv.Close(); err != nil && werr == nil {
