@@ -22,7 +22,7 @@ import (
 // So every idleCheckInterval the node looks at what it allocated since the
 // last look. When, at that rate, the usual pacing would not collect within
 // idleHorizon, and the heap holds garbage or free memory beyond
-// idleWasteBytes and a quarter of what is live (heap and stacks), or the
+// idleWasteBytes and half of what is live (heap and stacks), or the
 // last such collection still shrank stacks, it collects and returns the
 // free memory to the operating system (debug.FreeOSMemory). A busy node is
 // left to the usual pacing; a quiet one pays a collection now and then
@@ -75,7 +75,7 @@ func idleDecision(prev, cur idleSample, shrinking bool) bool {
 	if cur.objects > cur.live {
 		waste += cur.objects - cur.live
 	}
-	return waste > max(idleWasteBytes, (cur.live+cur.stacks)/4) || shrinking
+	return waste > max(idleWasteBytes, (cur.live+cur.stacks)/2) || shrinking
 }
 
 // collectWhenIdle runs the idle collections until ctx ends; GOGC=off turns
