@@ -19,33 +19,30 @@ import (
 // garbage from its last busy spell uncollected for as long as the polls
 // wait, since waiting allocates nothing. Its goroutines' stacks, grown
 // while their requests were read and checked, shrink only at a collection.
-// So every idleCheckInterval the node looks at what it allocated since the
-// last look. When, at that rate, the usual pacing would not collect within
-// idleHorizon, and the heap holds garbage or free memory beyond
-// idleWasteBytes and half of what is live (heap and stacks), or the
-// last such collection still shrank stacks, it collects and returns the
-// free memory to the operating system (debug.FreeOSMemory). A busy node is
-// left to the usual pacing; a quiet one pays a collection now and then
-// (the periodic work over every queue allocates a little).
+// So every idleCheckInterval the node looks at its heap: when the pacing
+// has not collected since the last look, and the heap holds garbage or free
+// memory beyond idleWasteBytes and half of what is live (heap and stacks),
+// or the last such collection still shrank stacks, it collects and returns
+// the free memory to the operating system (debug.FreeOSMemory). A busy
+// node collects on its own more often than that and is left alone; a quiet
+// one pays at most one collection a look, and none once its heap is near
+// what is live (the periodic work over every queue allocates a little).
 const (
 	idleCheckInterval = 5 * time.Second
-	idleHorizon       = time.Minute
 	idleWasteBytes    = 16 << 20
 )
 
 // idleSample is what collectWhenIdle reads from the runtime.
 type idleSample struct {
-	allocs, cycles, objects, live, free, stacks, goal uint64
+	cycles, objects, live, free, stacks uint64
 }
 
 var idleMetrics = []string{
-	"/gc/heap/allocs:bytes",              // allocated since the start
 	"/gc/cycles/total:gc-cycles",         // collections since the start
 	"/memory/classes/heap/objects:bytes", // live and not yet swept garbage
 	"/gc/heap/live:bytes",                // live after the last collection
 	"/memory/classes/heap/free:bytes",    // free, not yet returned to the OS
 	"/memory/classes/heap/stacks:bytes",  // goroutine stacks
-	"/gc/heap/goal:bytes",                // the heap size of the next collection
 }
 
 func readIdleSample(s []metrics.Sample) idleSample {
@@ -56,20 +53,15 @@ func readIdleSample(s []metrics.Sample) idleSample {
 		}
 		return s[i].Value.Uint64()
 	}
-	return idleSample{allocs: v(0), cycles: v(1), objects: v(2), live: v(3), free: v(4), stacks: v(5), goal: v(6)}
+	return idleSample{cycles: v(0), objects: v(1), live: v(2), free: v(3), stacks: v(4)}
 }
 
 // idleDecision says whether to collect now, given the sample of the last
 // look (prev) and this one (cur), and whether the last idle collection
 // shrank the stacks.
 func idleDecision(prev, cur idleSample, shrinking bool) bool {
-	allocated := cur.allocs - prev.allocs
-	room := uint64(0)
-	if cur.goal > cur.objects {
-		room = cur.goal - cur.objects
-	}
-	if allocated*uint64(idleHorizon/idleCheckInterval) >= room {
-		return false // busy: the usual pacing collects soon
+	if cur.cycles != prev.cycles {
+		return false // the pacing collects on its own
 	}
 	waste := cur.free
 	if cur.objects > cur.live {
