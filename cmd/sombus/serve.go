@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -81,6 +82,9 @@ func newServeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			idleCtx, stopIdle := context.WithCancel(context.Background())
+			defer stopIdle()
+			go collectWhenIdle(idleCtx, cfg.Logger)
 			werr := srv.Wait(cmd.Context())
 			cfg.Logger.Info("shutting down")
 			if err := srv.Close(); err != nil && werr == nil {
@@ -103,6 +107,7 @@ func newServeCommand() *cobra.Command {
 	f.IntVar(&cfg.MaxConnsPerAddr, "max-conns-per-address", server.DefaultMaxConnsPerAddr, "the most connections one client address (IPv4 address, IPv6 /64) may hold open; past it new ones are closed at once (0: no cap; trusted proxies are not capped)")
 	f.DurationVar(&cfg.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "the longest a request body may take to arrive; a slower request is refused and its connection closed (long polls have no body and are not cut)")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve GET /metrics only on this address (plain HTTP), and answer it 404 on --listen (default: /metrics is served on --listen)")
+	f.StringVar(&cfg.PprofListen, "pprof-listen", "", "serve the Go runtime's profiles (/debug/pprof/) on this loopback address, for diagnosing memory and CPU (default: not served)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "json", "json or text")
 	return cmd

@@ -83,56 +83,9 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 		// Register for a wake-up before looking, so a publish landing between
 		// the look and the wait is not missed.
 		woken, cancel := s.notifier.Wait(r.QueueID)
-		if ctx.Err() != nil {
-			s.passOn(r.QueueID, cancel)
-			return nil, nil // the client has gone: take nothing for it
-		}
-		now := s.clock.Now()
-		res, err := s.store.MessageReceive(ctx, &ReceiveParams{
-			QueueID: r.QueueID, Max: r.Max, Visibility: r.Visibility,
-			AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
-		})
-		if err != nil {
-			s.passOn(r.QueueID, cancel)
-			if ctx.Err() != nil {
-				return nil, nil
-			}
-			if IsUnavailable(err) {
-				s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
-				return nil, Unavailable(RuleQueueUnavailable)
-			}
-			return nil, fmt.Errorf("receive: %w", err) // a fault: 500
-		}
-		s.metrics.DeadLettered(res.DeadLettered)
-		for _, q := range res.Woken {
-			s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
-		}
-		if !res.NextVisibleAt.IsZero() {
-			// Release delays and visibility timeouts send no wake-up: the
-			// queue's timer wakes a waiter when the earliest story becomes
-			// visible again.
-			s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
-		}
-		if len(res.Deliveries) > 0 {
-			s.metrics.Delivered(len(res.Deliveries))
-			// What we take becomes visible again when its visibility runs
-			// out unless acknowledged: a waiter should look then.
-			s.notifier.WakeAfter(r.QueueID, r.Visibility)
-			// A wake that reached us while we were claiming, or a full batch
-			// (more may be ready), is passed on to the next waiter.
-			if cancel() || len(res.Deliveries) == r.Max {
-				s.notifier.Notify(r.QueueID, 1)
-			}
-			if ctx.Err() != nil {
-				// The client went away while we claimed: give them back at once.
-				s.releaseDeliveries(res.Deliveries, r.QueueID)
-				return nil, nil
-			}
-			return res.Deliveries, nil
-		}
-		if res.Replayed {
-			s.passOn(r.QueueID, cancel)
-			return nil, nil // a retried attempt takes nothing new: answer at once
+		ds, done, err := s.look(ctx, &r, cancel)
+		if done {
+			return ds, err
 		}
 		if deadline == nil {
 			if r.Wait <= 0 {
@@ -141,29 +94,99 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 			}
 			deadline = time.NewTimer(r.Wait)
 		}
-		// Wait for a wake-up: a publish, an ack or release that made a
-		// message ready, another node's notice, or the queue's timer for
-		// its next visible message. Nothing is read from the store until
-		// then; when the wait runs out the answer is empty at once (the
-		// client's next receive looks again).
-		s.metrics.LongPollWaiting(1)
-		select {
-		case <-woken:
-			s.metrics.LongPollWaiting(-1)
-		case <-deadline.C:
-			s.metrics.LongPollWaiting(-1)
-			s.passOn(r.QueueID, cancel)
-			return nil, nil
-		case <-ctx.Done():
-			s.metrics.LongPollWaiting(-1)
-			s.passOn(r.QueueID, cancel)
-			return nil, nil
-		case <-s.stopping:
-			s.metrics.LongPollWaiting(-1)
+		if !s.wait(ctx, woken, deadline.C) {
 			s.passOn(r.QueueID, cancel)
 			return nil, nil
 		}
 	}
+}
+
+// look is one look of Receive at the store, its waiter registered: done
+// when it has the answer (messages, none, or an error), not done when
+// nothing was ready and Receive should wait. It is a function of its own
+// so that what it needs is off the stack of a waiting receive (a waiting
+// goroutine keeps its stack; see wait).
+//
+//go:noinline
+func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() bool) (ds []Delivery, done bool, err error) {
+	if ctx.Err() != nil {
+		s.passOn(r.QueueID, cancel)
+		return nil, true, nil // the client has gone: take nothing for it
+	}
+	now := s.clock.Now()
+	res, err := s.store.MessageReceive(ctx, &ReceiveParams{
+		QueueID: r.QueueID, Max: r.Max, Visibility: r.Visibility,
+		AttemptID: r.AttemptID, AttemptWindow: AttemptWindow, Now: now,
+	})
+	if err != nil {
+		s.passOn(r.QueueID, cancel)
+		if ctx.Err() != nil {
+			return nil, true, nil
+		}
+		if IsUnavailable(err) {
+			s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
+			return nil, true, Unavailable(RuleQueueUnavailable)
+		}
+		return nil, true, fmt.Errorf("receive: %w", err) // a fault: 500
+	}
+	s.metrics.DeadLettered(res.DeadLettered)
+	for _, q := range res.Woken {
+		s.notifier.NotifyAll(q) // dead-letter moves: how many became ready is not known
+	}
+	if !res.NextVisibleAt.IsZero() {
+		// Release delays and visibility timeouts send no wake-up: the
+		// queue's timer wakes a waiter when the earliest story becomes
+		// visible again.
+		s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
+	}
+	if len(res.Deliveries) > 0 {
+		s.metrics.Delivered(len(res.Deliveries))
+		// What we take becomes visible again when its visibility runs
+		// out unless acknowledged: a waiter should look then.
+		s.notifier.WakeAfter(r.QueueID, r.Visibility)
+		// A wake that reached us while we were claiming, or a full batch
+		// (more may be ready), is passed on to the next waiter.
+		if cancel() || len(res.Deliveries) == r.Max {
+			s.notifier.Notify(r.QueueID, 1)
+		}
+		if ctx.Err() != nil {
+			// The client went away while we claimed: give them back at once.
+			s.releaseDeliveries(res.Deliveries, r.QueueID)
+			return nil, true, nil
+		}
+		return res.Deliveries, true, nil
+	}
+	if res.Replayed {
+		s.passOn(r.QueueID, cancel)
+		return nil, true, nil // a retried attempt takes nothing new: answer at once
+	}
+	return nil, false, nil
+}
+
+// wait waits for a wake-up (true): a publish, an ack or release that made
+// a message ready, another node's notice, or the queue's timer for its
+// next visible message. Nothing is read from the store until then; when
+// the wait runs out, the client goes away or the server stops (false) the
+// answer is empty at once (the client's next receive looks again).
+//
+// A waiting receive keeps its goroutine's stack, which the runtime shrinks
+// (at a collection) only to four times what is in use: the frames under
+// the wait are kept small (look, and the HTTP handler's own helpers, hold
+// what they need in frames of their own) so that the stack a request grew
+// while it was read and checked can shrink to 8 KiB while it waits.
+//
+//go:noinline
+func (s *Service) wait(ctx context.Context, woken <-chan struct{}, deadline <-chan time.Time) bool {
+	s.metrics.LongPollWaiting(1)
+	defer s.metrics.LongPollWaiting(-1)
+	select {
+	case <-woken:
+		return true
+	case <-deadline:
+	case <-ctx.Done():
+	case <-s.stopping:
+	}
+	return false
 }
 
 // passOn deregisters a waiter that is done; if a wake-up had already picked

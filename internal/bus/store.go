@@ -52,9 +52,11 @@ type Store interface {
 
 	// QueueSample records one sample of every consumer queue's counts, as
 	// QueueStats counts them as of p.Now, under the time p.At, in one
-	// statement. A queue that already has a sample at p.At keeps it, and
-	// when any queue has one the call writes nothing (another node sampled
-	// this interval). It returns how many samples it wrote.
+	// statement (or, for an embedded store whose one writer would be held
+	// for the whole sample, in transactions of some queues each). A queue
+	// that already has a sample at p.At keeps it, and when any queue has
+	// one the call writes nothing (another node sampled this interval). It
+	// returns how many samples it wrote.
 	QueueSample(ctx context.Context, p *QueueSampleParams) (int, error)
 	// QueueSamplePrune deletes the samples recorded before before and
 	// returns how many went.

@@ -128,6 +128,29 @@ func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 }
 
+// noRoute answers a request the mux has no route for (404, or 405 with
+// the Allow header) with the usual refusal body. It is a function of its
+// own so that ServeHTTP's frame, under every request and so under every
+// waiting long poll, stays small.
+//
+//go:noinline
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	// The mux answers 404 or 405 here; learn which (and the Allow header)
+	// without letting it write its plain-text body.
+	h, _ := s.mux.Handler(r)
+	code, header := edge.Recorded(h, r)
+	if code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", header.Get("Allow"))
+		writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, header.Get("Allow")))
+		return
+	}
+	if code == http.StatusMovedPermanently || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
+		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, header.Get("Location")))
+		return
+	}
+	writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+}
+
 // unavailableRule makes h's store unavailability answer rule (see
 // onUnavailable).
 func unavailableRule(rule string, h handlerFunc) handlerFunc {
@@ -148,21 +171,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, &bus.Error{Status: 500, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}})
 		}
 	}()
-	h, pattern := s.mux.Handler(r)
-	if pattern == "" {
-		// The mux answers 404 or 405 here; learn which (and the Allow header)
-		// without letting it write its plain-text body.
-		code, header := edge.Recorded(h, r)
-		if code == http.StatusMethodNotAllowed {
-			w.Header().Set("Allow", header.Get("Allow"))
-			writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, header.Get("Allow")))
-			return
-		}
-		if code == http.StatusMovedPermanently || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
-			writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, header.Get("Location")))
-			return
-		}
-		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.noRoute(w, r)
 		return
 	}
 	// The mux itself dispatches, so that r.PathValue works in handlers

@@ -240,31 +240,57 @@ func plainReceiveQuery(raw string) (rq receiveQuery, ok bool) {
 	return rq, true
 }
 
-// receive is GET /v1/tenants/{t}/consumers/{c}/messages.
+// receive is GET /v1/tenants/{t}/consumers/{c}/messages. A long poll
+// waits in it: what is read and checked before the wait, and the answer
+// after it, are in functions of their own so that the frames under the
+// wait stay small (see bus.Service.Receive).
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
+	req, release, err := s.receiveRequest(w, r)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ds, err := s.svc.Receive(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	s.answerReceive(w, r, req.QueueID, ds)
+	return nil
+}
+
+// receiveRequest admits a receive and reads its query; a long poll takes
+// a place of its connection's long polls, given back by release.
+//
+//go:noinline
+func (s *Server) receiveRequest(w http.ResponseWriter, r *http.Request) (req bus.ReceiveRequest, release func(), err error) {
 	queueID := r.PathValue("c")
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
-		return err
+		return req, nil, err
 	}
 	rq, err := parseReceiveQuery(r.URL.RawQuery)
 	if err != nil {
-		return err
+		return req, nil, err
 	}
-	maxN, wait, vis, attempt := rq.max, rq.wait, rq.visibility, rq.attempt
-	if wait > 0 {
-		release, ok := s.polls.Acquire(queueID, MaxLongPollsPerConnection)
-		if !ok {
-			return limits.LongPollRefusal(MaxLongPollsPerConnection)
+	release = noRelease
+	if rq.wait > 0 {
+		var ok bool
+		if release, ok = s.polls.Acquire(queueID, MaxLongPollsPerConnection); !ok {
+			return req, nil, limits.LongPollRefusal(MaxLongPollsPerConnection)
 		}
-		defer release()
 	}
-	ds, err := s.svc.Receive(r.Context(), bus.ReceiveRequest{
-		QueueID: queueID, Max: maxN, Wait: time.Duration(wait) * time.Second,
-		Visibility: time.Duration(vis) * time.Second, AttemptID: attempt,
-	})
-	if err != nil {
-		return err
-	}
+	return bus.ReceiveRequest{
+		QueueID: queueID, Max: rq.max, Wait: time.Duration(rq.wait) * time.Second,
+		Visibility: time.Duration(rq.visibility) * time.Second, AttemptID: rq.attempt,
+	}, release, nil
+}
+
+func noRelease() {}
+
+// answerReceive writes a receive's answer; messages whose answer could not
+// be written are given back at once.
+//
+//go:noinline
+func (s *Server) answerReceive(w http.ResponseWriter, r *http.Request, queueID string, ds []bus.Delivery) {
 	w.Header()["Cache-Control"] = noStore
 	b := getBuffer(messagesSize(ds))
 	*b = s.appendMessages(*b, ds)
@@ -277,7 +303,6 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 		s.log.WarnContext(r.Context(), "receive answer lost; releasing", "queue_id", queueID, "messages", len(ds), "err", werr)
 		s.svc.Release(queueID, ds)
 	}
-	return nil
 }
 
 // batchEnvelopes reads the usual batch body, {"messages":[…]} and nothing

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -65,6 +67,10 @@ type Config struct {
 	// MetricsListen is --metrics-listen: when set, GET /metrics is served
 	// only on this address, and the API's listener answers it 404.
 	MetricsListen string
+	// PprofListen is --pprof-listen: when set, the Go runtime's profiles
+	// (net/http/pprof, under /debug/pprof/) are served on this loopback
+	// address, for diagnosing the node's memory and CPU.
+	PprofListen string
 
 	// WrapStore, when set, wraps the store once it is open: the node uses
 	// what it returns for everything (tests put a store that fails in
@@ -110,6 +116,7 @@ type Server struct {
 	// MetricsURL is the base URL of --metrics-listen ("" when unset).
 	MetricsURL string
 	metrics    *http.Server
+	pprof      *http.Server
 }
 
 // A store that several nodes may share offers the node, through these
@@ -204,6 +211,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	pln, err := listenPprof(ctx, cfg.PprofListen)
+	if err != nil {
+		_ = ln.Close()
+		if mln != nil {
+			_ = mln.Close()
+		}
+		return nil, err
+	}
 	scheme := "http"
 	if cfg.TLSCert != "" {
 		scheme = "https"
@@ -221,6 +236,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			_ = ln.Close()
 			if mln != nil {
 				_ = mln.Close()
+			}
+			if pln != nil {
+				_ = pln.Close()
 			}
 			if s.store != nil {
 				_ = s.store.Close()
@@ -327,6 +345,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if mln != nil {
 		s.serveMetrics(mln)
 	}
+	if pln != nil {
+		s.servePprof(pln)
+	}
 	if cfg.TLSCert != "" {
 		// HTTP/2 is negotiated by ALPN; ServeTLS enables it by default.
 		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
@@ -367,6 +388,46 @@ func (s *Server) serveMetrics(ln net.Listener) {
 	s.MetricsURL = "http://" + ln.Addr().String()
 	go func() { s.serveErr <- s.metrics.Serve(ln) }()
 	s.log.Info("sombus metrics listening", "url", s.MetricsURL+"/metrics")
+}
+
+// listenPprof opens the --pprof-listen address (nil when unset). Only a
+// loopback address is accepted: the profiles are for the operator on the
+// node's own host, never for the network.
+func listenPprof(ctx context.Context, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen: %w", err)
+	}
+	if ip, perr := netip.ParseAddr(host); host != "localhost" && (perr != nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--pprof-listen: %q is not a loopback address (such as 127.0.0.1:6060)", addr)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen: %w", err)
+	}
+	return ln, nil
+}
+
+// servePprof serves the runtime's profiles on ln until Close. A profile
+// may take as long as it asks (?seconds=30), so there is no write timeout.
+func (s *Server) servePprof(ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.pprof = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = s.pprof.Serve(ln) }()
+	s.log.Info("sombus profiles listening", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 }
 
 // KeyReloadInterval is how often a node re-reads the signing keys from the
@@ -473,6 +534,9 @@ func (s *Server) Close() error {
 	if s.metrics != nil {
 		// Scrapes are short: close the metrics listener first, at once.
 		_ = s.metrics.Close()
+	}
+	if s.pprof != nil {
+		_ = s.pprof.Close()
 	}
 	err := s.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -10,61 +10,85 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
+// sampleChunk is how many queues one writer transaction of QueueSample
+// samples: a node with many queues would otherwise hold the writer, and
+// every publish and receive behind it, for the whole sample (10,000 queues
+// took tens of milliseconds every 10 s).
+const sampleChunk = 500
+
 // QueueSample records one sample of every consumer queue under p.At, as
-// of p.Now, in one transaction of the writer, counting as QueueStats does
-// (in flight and delayed from the writer's index of the queues it holds).
-// When the interval p.At holds any sample already, nothing is counted or
-// written.
+// of p.Now, counting as QueueStats does (in flight and delayed from the
+// writer's index of the queues it holds), in transactions of the writer of
+// sampleChunk queues each, in the order of their ids. When the interval
+// p.At holds any sample already as the first one starts, nothing is
+// counted or written. A node stopped between two of them leaves the rest
+// of that interval unsampled (the samples are only a chart).
 func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int, error) {
-	var n int64
-	err := s.w.do(ctx, func(d *dbq) error {
-		n = 0
-		at, now := ms(p.At), ms(p.Now)
-		var one int
-		err := d.row(`SELECT 1 FROM queue_samples WHERE at = ? LIMIT 1`, at).Scan(&one)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return interpretError(err)
-		}
-		rows, err := d.query(`SELECT c.id, coalesce(k.messages, 0), coalesce(k.dead_letters, 0)
-			FROM connections c LEFT JOIN queue_counts k ON k.queue_id = c.id WHERE c.kind = ?`, string(bus.KindConsumer))
-		if err != nil {
-			return interpretError(err)
-		}
-		var cs []counted
-		for rows.Next() {
-			var c counted
-			if err := rows.Scan(&c.id, &c.messages, &c.st.DeadLetters); err != nil {
-				_ = rows.Close()
-				return interpretError(err)
+	var total int64
+	after := ""
+	for first := true; ; first = false {
+		var n int64
+		var last string
+		var more bool
+		err := s.w.do(ctx, func(d *dbq) error {
+			n, last, more = 0, "", false
+			at, now := ms(p.At), ms(p.Now)
+			if first {
+				var one int
+				err := d.row(`SELECT 1 FROM queue_samples WHERE at = ? LIMIT 1`, at).Scan(&one)
+				if err == nil {
+					return nil
+				}
+				if !errors.Is(err, sql.ErrNoRows) {
+					return interpretError(err)
+				}
 			}
-			cs = append(cs, c)
-		}
-		_ = rows.Close()
-		if err := rows.Err(); err != nil {
-			return interpretError(err)
-		}
-		for i := range cs {
-			c := &cs[i]
-			if err := c.finish(d, nil, now); err != nil {
-				return err
-			}
-			k, err := d.affected(`INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-				VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, at) DO NOTHING`,
-				c.id, at, c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters)
+			rows, err := d.query(`SELECT c.id, coalesce(k.messages, 0), coalesce(k.dead_letters, 0)
+				FROM connections c LEFT JOIN queue_counts k ON k.queue_id = c.id
+				WHERE c.kind = ? AND c.id > ? ORDER BY c.id LIMIT ?`, string(bus.KindConsumer), after, sampleChunk)
 			if err != nil {
 				return interpretError(err)
 			}
-			n += k
+			cs := make([]counted, 0, sampleChunk)
+			for rows.Next() {
+				var c counted
+				if err := rows.Scan(&c.id, &c.messages, &c.st.DeadLetters); err != nil {
+					_ = rows.Close()
+					return interpretError(err)
+				}
+				cs = append(cs, c)
+			}
+			_ = rows.Close()
+			if err := rows.Err(); err != nil {
+				return interpretError(err)
+			}
+			for i := range cs {
+				c := &cs[i]
+				if err := c.finish(d, nil, now); err != nil {
+					return err
+				}
+				k, err := d.affected(`INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
+					VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, at) DO NOTHING`,
+					c.id, at, c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters)
+				if err != nil {
+					return interpretError(err)
+				}
+				n += k
+			}
+			if len(cs) == sampleChunk {
+				last, more = cs[len(cs)-1].id, true
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("queue sample: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("queue sample: %w", err)
+		total += n
+		if !more {
+			return int(total), nil
+		}
+		after = last
 	}
-	return int(n), nil
 }
 
 // QueueSamplePrune deletes the samples recorded before before.

@@ -10,6 +10,7 @@ import (
 var sampleTests = []test{
 	{"CountLikeQueueStats", testSampleCounts},
 	{"EveryConsumerQueue", testSampleEveryQueue},
+	{"ManyQueues", testSampleManyQueues},
 	{"OncePerInterval", testSampleOnce},
 	{"ConcurrentSamplersWriteOnce", testSampleConcurrent},
 	{"Since", testSamplesSince},
@@ -107,6 +108,38 @@ func testSampleEveryQueue(e *env) {
 	e.wantSamples(q2, T0, bus.QueueSample{At: at(10 * time.Second)})
 	e.wantSamples(q3, T0, bus.QueueSample{At: at(10 * time.Second)})
 	e.wantSamples(f.P, T0)
+}
+
+// testSampleManyQueues: every queue of many is sampled once, however the
+// store splits the work (the embedded store samples some hundreds of queues
+// a transaction), and a second call for the interval writes nothing.
+func testSampleManyQueues(e *env) {
+	f := e.fixture(5)
+	const extra = 1234
+	ids := make([]string, 0, extra)
+	e.update(func(tx bus.Tx) error {
+		ids = ids[:0]
+		for range extra {
+			c := connection(f.WS, bus.KindConsumer, 5, bus.Subscription{Topic: "som.>"})
+			if err := tx.ConnectionCreate(c); err != nil {
+				return err
+			}
+			ids = append(ids, c.ID)
+		}
+		return nil
+	})
+	e.pub(f, T0, "a", "a1")
+	bucket := at(10 * time.Second)
+	if n := e.sample(bucket, at(10*time.Second)); n != extra+1 {
+		e.t.Fatalf("QueueSample wrote %d samples, want %d (one per consumer queue)", n, extra+1)
+	}
+	if n := e.sample(bucket, at(11*time.Second)); n != 0 {
+		e.t.Fatalf("second QueueSample of the same interval wrote %d, want 0", n)
+	}
+	e.wantSamples(f.Q, T0, bus.QueueSample{At: bucket, Ready: 1})
+	for _, q := range []string{ids[0], ids[extra/2], ids[extra-1]} {
+		e.wantSamples(q, T0, bus.QueueSample{At: bucket, Ready: 1})
+	}
 }
 
 // testSampleOnce: an interval already sampled keeps its first sample, and
