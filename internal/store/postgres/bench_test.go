@@ -150,10 +150,12 @@ func fillDepth(b *testing.B, s *Store, q, producer string, depth int, enqueuedAt
 	}
 }
 
-// BenchmarkDepthQueueStats reads a queue's counts (as the management read
-// of a connection does) with depth messages queued over 1,000 stories and
-// 10 of them in flight: one op is one QueueStats. The cost should not grow
-// with depth.
+// BenchmarkDepthQueueStats reads a queue's counts with depth messages
+// queued over 1,000 stories and 10 of them in flight: one op is one
+// QueueStats (as the management read of a connection and the portal do),
+// one QueueGauges (a /metrics scrape; the schema holds this one queue) or
+// one QueueSample (the portal chart's sampling, each op a new interval).
+// The cost should not grow with depth.
 //
 //	go test -run '^$' -bench DepthQueueStats ./internal/store/postgres/
 //	SOMBUS_BENCH_MILLION=1 go test -run '^$' -bench DepthQueueStats ./internal/store/postgres/
@@ -162,26 +164,45 @@ func BenchmarkDepthQueueStats(b *testing.B) {
 		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
 			s := OpenTest(b)
 			_, q := benchQueue(b, s)
-			t0 := time.Now().Add(-time.Hour)
-			fillDepth(b, s, q, bus.NewID(bus.PrefixConnection), depth, t0)
+			fillDepth(b, s, q, bus.NewID(bus.PrefixConnection), depth, time.Now().Add(-time.Hour))
 			now := time.Now()
-			if _, err := s.MessageReceive(context.Background(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now}); err != nil {
+			ctx := context.Background()
+			if _, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now}); err != nil {
 				b.Fatal(err)
 			}
-			st, err := s.QueueStats(context.Background(), q, now)
+			st, err := s.QueueStats(ctx, q, now)
 			if err != nil {
 				b.Fatal(err)
 			}
 			if want := int64(min(depth, 10)); st.InFlight != want || st.Ready != int64(depth)-want {
 				b.Fatalf("stats %+v at depth %d", st, depth)
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := s.QueueStats(context.Background(), q, now); err != nil {
-					b.Fatal(err)
+			b.Run("read=QueueStats", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.QueueStats(ctx, q, now); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
+			})
+			b.Run("read=QueueGauges", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.QueueGauges(ctx, now); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			at := now
+			b.Run("read=QueueSample", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					at = at.Add(time.Second)
+					if n, err := s.QueueSample(ctx, &bus.QueueSampleParams{At: at, Now: now}); err != nil || n != 1 {
+						b.Fatalf("QueueSample = %d, %v", n, err)
+					}
+				}
+			})
 		})
 	}
 }
