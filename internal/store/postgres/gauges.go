@@ -13,7 +13,7 @@ import (
 // queueGaugesQuery counts every consumer queue (kind $1) at $2 in one
 // statement, with the same columns as queueStatsQuery.
 const queueGaugesQuery = `SELECT c.workspace_id, c.id, ` + queueCountCols + `
-	FROM connections c WHERE c.kind = $1 ORDER BY c.workspace_id COLLATE "C", c.id COLLATE "C"`
+	FROM connections c` + queueCountFrom + ` WHERE c.kind = $1 ORDER BY c.workspace_id COLLATE "C", c.id COLLATE "C"`
 
 // QueueGauges counts every consumer queue in one statement (one snapshot).
 func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGauge, error) {

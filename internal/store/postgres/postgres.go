@@ -34,6 +34,11 @@
 // and QueueIDs fields are still filled so that a node can wake its own
 // waiters at once.
 //
+// Queue counts: each queue's messages and dead letters are counted by
+// triggers into counter rows (queue_counts, migration 0008), one row per
+// queue and writing transaction's slot, so no two concurrent transactions
+// update the same row; the counts add them up (stats.go).
+//
 // Times are stored as unix milliseconds (bigint) and returned in UTC.
 package postgres
 

@@ -11,22 +11,20 @@ import (
 )
 
 // queueSampleQuery records one sample of every consumer queue under $1, as
-// of $2, in one statement, counting as queueStatsQuery does: in flight and
-// delayed are the stories whose head is out (visible_at after $2), every
-// other message is ready. Each table is read once, grouped by queue. When
-// the interval $1 holds a sample already (another node took it), nothing is
+// of $2, in one statement, counting as queueStatsQuery does (the counter
+// rows of each queue and its heads out, not its messages). When the
+// interval $1 holds a sample already (another node took it), nothing is
 // counted; nodes that sample it at the same moment write it once, by the
 // primary key.
 const queueSampleQuery = `INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-	SELECT c.id, $1,
-		greatest(0, coalesce(m.n, 0) - coalesce(s.in_flight, 0) - coalesce(s.delayed, 0)),
-		coalesce(s.in_flight, 0), coalesce(s.delayed, 0), coalesce(d.n, 0)
+	SELECT c.id, $1, greatest(0, qk.messages - qs.in_flight - qs.delayed), qs.in_flight, qs.delayed, qk.dead_letters
 	FROM connections c
-	LEFT JOIN (SELECT queue_id, count(*) AS n FROM messages GROUP BY queue_id) m ON m.queue_id = c.id
-	LEFT JOIN (SELECT queue_id, count(*) FILTER (WHERE NOT delayed) AS in_flight,
-			count(*) FILTER (WHERE delayed) AS delayed
-		FROM stories WHERE visible_at > $2 GROUP BY queue_id) s ON s.queue_id = c.id
-	LEFT JOIN (SELECT queue_id, count(*) AS n FROM dead_letters GROUP BY queue_id) d ON d.queue_id = c.id
+	CROSS JOIN LATERAL (SELECT coalesce(sum(k.messages), 0)::bigint AS messages,
+			coalesce(sum(k.dead_letters), 0)::bigint AS dead_letters
+		FROM queue_counts k WHERE k.queue_id = c.id) qk
+	CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT s.delayed) AS in_flight,
+			count(*) FILTER (WHERE s.delayed) AS delayed
+		FROM stories s WHERE s.queue_id = c.id AND s.visible_at > $2) qs
 	WHERE c.kind = 'consumer' AND NOT EXISTS (SELECT 1 FROM queue_samples WHERE at = $1)
 	ON CONFLICT (queue_id, at) DO NOTHING`
 

@@ -10,20 +10,45 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// queueCountCols count the queue c.id at $2 (now): in flight and delayed
-// are the stories whose head is out (visible_at after $2); every other
-// message of the queue is ready. scanCounts reads them.
-const queueCountCols = `(SELECT count(*) FROM messages WHERE queue_id = c.id),
-	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND NOT delayed),
-	(SELECT count(*) FROM stories WHERE queue_id = c.id AND visible_at > $2 AND delayed),
-	(SELECT count(*) FROM dead_letters WHERE queue_id = c.id),
-	(SELECT min(m.enqueued_at) FROM messages m JOIN stories s ON s.id = m.story_id
-		WHERE m.queue_id = c.id AND NOT (s.visible_at > $2 AND m.seq = s.head_seq))`
+// queueCountFrom joins to each connection c its counts at $2 (now), in
+// the columns queueCountCols lists, each read in a time that does not grow
+// with the queue's depth:
+//   - its messages and dead letters: the sums of its counter rows
+//     (queue_counts, kept by triggers in the transaction of every change;
+//     at most 64 rows);
+//   - in flight and delayed: the stories whose head is out (visible_at
+//     after $2), a range of the index stories_ready as long as what is out;
+//   - the enqueue time of its oldest ready message: the oldest message
+//     (index messages_queue, oldest first) that is not a head out, so the
+//     scan stops after the heads out older than it. Two things hold the
+//     plan to that: the queue is named as a range (>= and <=), not an
+//     equality, so that only messages_queue yields the ORDER BY (with an
+//     equality the planner may walk messages_enqueued, every queue's
+//     messages by age, and filter: as long as the other queues' older
+//     messages); and each message's story is looked up by a scalar
+//     subquery (its primary key), not NOT EXISTS, which planned as an anti
+//     join against a scan of every story when few looked out.
+//
+// Every other message of the queue is ready. scanCounts reads them.
+const queueCountFrom = `
+	CROSS JOIN LATERAL (SELECT coalesce(sum(k.messages), 0)::bigint AS messages,
+			coalesce(sum(k.dead_letters), 0)::bigint AS dead_letters
+		FROM queue_counts k WHERE k.queue_id = c.id) qk
+	CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT s.delayed) AS in_flight,
+			count(*) FILTER (WHERE s.delayed) AS delayed
+		FROM stories s WHERE s.queue_id = c.id AND s.visible_at > $2) qs
+	LEFT JOIN LATERAL (SELECT m.enqueued_at FROM messages m WHERE m.queue_id >= c.id AND m.queue_id <= c.id
+			AND NOT coalesce((SELECT s.head_seq = m.seq AND s.visible_at > $2 FROM stories s WHERE s.id = m.story_id), false)
+		ORDER BY m.queue_id, m.enqueued_at LIMIT 1) qo ON true`
+
+// queueCountCols are the columns of queueCountFrom, as scanCounts reads
+// them.
+const queueCountCols = `qk.messages, qs.in_flight, qs.delayed, qk.dead_letters, qo.enqueued_at`
 
 // queueStatsQuery counts the queues of $1 in one statement (one snapshot).
 // Only ids of connections are counted.
 const queueStatsQuery = `SELECT c.id, ` + queueCountCols + `
-	FROM connections c WHERE c.id = ANY($1::text[])`
+	FROM connections c` + queueCountFrom + ` WHERE c.id = ANY($1::text[])`
 
 // scanCounts reads the columns lead, then queueCountCols, of one row at
 // now (milliseconds).

@@ -254,6 +254,8 @@ func (t *mgmtTx) ConnectionDelete(id string) error {
 		`DELETE FROM ack_records WHERE queue_id = $1`,
 		`DELETE FROM skills WHERE connection_id = $1`,
 		`DELETE FROM queue_samples WHERE queue_id = $1`,
+		// Last: the deletes above changed the counters too.
+		`DELETE FROM queue_counts WHERE queue_id = $1`,
 	} {
 		if err := t.exec(sql, id); err != nil {
 			return err

@@ -10,6 +10,7 @@ var statsTests = []test{
 	{"Empty", testStatsEmpty},
 	{"Counts", testStatsCounts},
 	{"OldestReadyAgeMilliseconds", testStatsAge},
+	{"FanOutRedrivePurgeDelete", testStatsFanOut},
 }
 
 var purgeTests = []test{
@@ -69,6 +70,44 @@ func testStatsAge(e *env) {
 	e.wantStats(f.Q, at(5*time.Second), bus.QueueStats{Ready: 1, OldestReadyAgeSeconds: 3.766})
 	e.receiveOne(f.Q, time.Minute, at(5*time.Second), "a1")
 	e.wantStats(f.Q, at(6*time.Second), bus.QueueStats{InFlight: 1})
+}
+
+// testStatsFanOut follows two queues fed by the same publish calls through
+// a dead-letter move, a redrive of one dead letter, the end of a
+// visibility, a purge and the removal of the other queue: each queue's
+// counts are its own throughout.
+func testStatsFanOut(e *env) {
+	f := e.fixture(1)
+	q2 := e.consumer(f.WS, 1, "som.>")
+	e.publish(f.WS, f.P, T0, msg("a1", "a"), msg("a2", "a"), msg("b1", "b"), msg("c1", "c"))
+	e.wantStats(f.Q, at(time.Second), bus.QueueStats{Ready: 4, OldestReadyAgeSeconds: 1})
+	e.wantStats(q2, at(time.Second), bus.QueueStats{Ready: 4, OldestReadyAgeSeconds: 1})
+
+	ds := e.receive(f.Q, 10, time.Minute, at(time.Second))
+	wantIDs(e.t, ds, "a1", "b1", "c1")
+	e.nackOK(f.Q, 0, at(2*time.Second), ds[1].Handle, ds[2].Handle) // b1, c1: dead letters
+	e.wantStats(f.Q, at(2*time.Second), bus.QueueStats{Ready: 1, InFlight: 1, DeadLetters: 2, OldestReadyAgeSeconds: 2})
+	e.wantStats(q2, at(2*time.Second), bus.QueueStats{Ready: 4, OldestReadyAgeSeconds: 2})
+
+	n, err := e.s.DeadLetterRedrive(e.ctx, &bus.RedriveParams{QueueID: f.Q, MessageIDs: []string{"b1"}, Now: at(3 * time.Second),
+		Audit: auditEntry(f.WS, "queue.redrive", at(3*time.Second))})
+	if err != nil || n != 1 {
+		e.t.Fatalf("DeadLetterRedrive = %d, %v; want 1", n, err)
+	}
+	e.wantStats(f.Q, at(3*time.Second), bus.QueueStats{Ready: 2, InFlight: 1, DeadLetters: 1, OldestReadyAgeSeconds: 3})
+	// a1's visibility ran out at 61s: ready again, without any write.
+	e.wantStats(f.Q, at(61*time.Second), bus.QueueStats{Ready: 3, DeadLetters: 1, OldestReadyAgeSeconds: 61})
+
+	n, err = e.s.QueuePurge(e.ctx, &bus.PurgeParams{QueueID: f.Q, Now: at(62 * time.Second), Audit: auditEntry(f.WS, "queue.purge", at(62*time.Second))})
+	if err != nil || n != 3 {
+		e.t.Fatalf("QueuePurge = %d, %v; want 3", n, err)
+	}
+	e.wantStats(f.Q, at(62*time.Second), bus.QueueStats{DeadLetters: 1})
+	e.wantStats(q2, at(62*time.Second), bus.QueueStats{Ready: 4, OldestReadyAgeSeconds: 62})
+
+	e.update(func(tx bus.Tx) error { return tx.ConnectionDelete(q2) })
+	e.publish(f.WS, f.P, at(63*time.Second), msg("d1", "d"))
+	e.wantStats(f.Q, at(64*time.Second), bus.QueueStats{Ready: 1, DeadLetters: 1, OldestReadyAgeSeconds: 1})
 }
 
 func testPurge(e *env) {
