@@ -67,15 +67,19 @@ func bulkFill(b testing.TB, s *Store, q, prod string, n, stories int) {
 		return
 	}
 	now := ms(t0) - int64(n) // the enqueue time of message 0
-	var first int64
+	// The message rows get the ids base+i; story j's head is message j,
+	// its tail the last i with i mod stories = j.
+	var first, base int64
 	err := s.w.do(ctx, func(d *dbq) error {
 		d.heads.drop(q)
-		// Story j holds the messages j, j+stories, …: n/stories of them,
-		// one more for the first n%stories stories.
+		if err := d.row(`SELECT coalesce(max(id), 0) + 1 FROM messages`).Scan(&base); err != nil {
+			return err
+		}
+		last := func(j string) string { return "(" + j + " + ((?3 - 1 - " + j + ") / ?1) * ?1)" }
 		if _, err := d.exec(`WITH RECURSIVE k(j) AS (SELECT 0 UNION ALL SELECT j+1 FROM k WHERE j+1 < ?1)
-			INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-			SELECT ?2, 'b' || j, 1, ?3 + (j < ?4), ?5 + j, 0, 0, 0 FROM k ORDER BY j`,
-			stories, q, n/stories, n%stories, now); err != nil {
+			INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, head_id, tail_id, visible_at, receive_count, nonce, delayed)
+			SELECT ?2, 'b' || j, 1, `+last("j")+` / ?1 + 1, ?4 + j, ?4 + `+last("j")+`, ?5 + j, 0, 0, 0 FROM k ORDER BY j`,
+			stories, q, n, base, now); err != nil {
 			return err
 		}
 		return d.row(`SELECT min(id) FROM stories WHERE queue_id = ?`, q).Scan(&first)
@@ -88,11 +92,13 @@ func bulkFill(b testing.TB, s *Store, q, prod string, n, stories int) {
 		hi := min(n, lo+chunk)
 		err := s.w.do(ctx, func(d *dbq) error {
 			d.heads.drop(q)
+			d.heads.nextMsg = 0
 			if _, err := d.exec(`WITH RECURSIVE k(i) AS (SELECT ?1 UNION ALL SELECT i+1 FROM k WHERE i+1 < ?2)
 				INSERT INTO messages(`+messageCols+`)
-				SELECT ?3 + i % ?4, i / ?4 + 1, ?5, 'b' || i, 'story.context', 'som.story.context', 'b' || (i % ?4), ?6, ?7 + i,
+				SELECT ?9 + i, ?3 + i % ?4, i / ?4 + 1, CASE WHEN i < ?4 THEN 0 ELSE ?9 + i - ?4 END, ?5, 'b' || i,
+					'story.context', 'som.story.context', 'b' || (i % ?4), ?6, ?7 + i,
 					CAST('{"message_id":"b' || i || '","payload":"' || ?8 || '"}' AS BLOB) FROM k ORDER BY i`,
-				lo, hi, first, stories, q, prod, now, payload1K); err != nil {
+				lo, hi, first, stories, q, prod, now, payload1K, base); err != nil {
 				return err
 			}
 			_, err := d.exec(`WITH RECURSIVE k(i) AS (SELECT ?1 UNION ALL SELECT i+1 FROM k WHERE i+1 < ?2)
@@ -170,8 +176,8 @@ func TestBulkFillMatchesPublish(t *testing.T) {
 		var out strings.Builder
 		err := s.read(ctx, func(d *dbq) error {
 			for _, query := range []string{
-				`SELECT story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?1 ORDER BY id`,
-				`SELECT s.story_key, m.seq, m.message_id, m.message_type, m.topic, m.correlation_id, m.enqueued_at, m.envelope
+				`SELECT story_key, head_seq, tail_seq, head_id, tail_id, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?1 ORDER BY id`,
+				`SELECT m.id, m.prev, s.story_key, m.seq, m.message_id, m.message_type, m.topic, m.correlation_id, m.enqueued_at, m.envelope
 					FROM messages m JOIN stories s ON s.id = m.story_id WHERE m.queue_id = ?1 ORDER BY m.id`,
 				`SELECT messages, dead_letters FROM queue_counts WHERE queue_id = ?1`,
 				`SELECT message_id, accepted_at, deliveries FROM dedup ORDER BY message_id`,
