@@ -125,6 +125,15 @@ type depthTemplate struct {
 
 var depthTemplates = map[[2]int]*depthTemplate{}
 
+// TestMain removes the depth benchmarks' template files at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, t := range depthTemplates {
+		_ = os.RemoveAll(filepath.Dir(t.path))
+	}
+	os.Exit(code)
+}
+
 // depthStore opens a store on a copy of a file holding n messages over
 // stories stories in one queue (bulkFill), made once per process.
 func depthStore(b *testing.B, n, stories int) (s *Store, ws, prod, q string) {
