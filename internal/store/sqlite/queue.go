@@ -358,10 +358,10 @@ func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
 	if len(dels) == 1 {
 		return readDelivery(d, &dels[0], ids[0])
 	}
-	byStory := make(map[int64]int, len(dels))
+	byRow := make(map[int64]int, len(dels))
 	args := make([]any, 0, len(dels))
 	for i := range dels {
-		byStory[ids[i]] = i
+		byRow[ids[i]] = i
 		args = append(args, ids[i])
 	}
 	rows, err := d.query(`SELECT id, `+deliveryCols+` FROM messages WHERE id IN (`+inList(len(dels))+`)`, args...)
@@ -371,12 +371,12 @@ func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
 	defer rows.Close()
 	found := 0
 	for rows.Next() {
-		var story, enq int64
+		var row, enq int64
 		var del bus.Delivery
-		if err := rows.Scan(&story, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
+		if err := rows.Scan(&row, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
 			return interpretError(err)
 		}
-		i, ok := byStory[story]
+		i, ok := byRow[row]
 		if !ok {
 			continue
 		}
