@@ -136,16 +136,16 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 		}
 		now := ms(p.Now)
 		for _, l := range letters {
-			storyID, seq, err := appendToStory(d, p.QueueID, l.key, now, nil)
+			at, err := appendToStory(d, p.QueueID, l.key, now, nil)
 			if err != nil {
 				return err
 			}
 			// enqueued_at stays the original; receive_count starts again
 			// (it lives on the story row, reset when this becomes the head).
-			if _, err := d.exec(`INSERT INTO messages(story_id, seq, queue_id, message_id, message_type, topic,
+			if _, err := d.exec(`INSERT INTO messages(id, story_id, seq, prev, queue_id, message_id, message_type, topic,
 				correlation_id, producer_id, enqueued_at, envelope)
-				SELECT ?, ?, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope
-				FROM dead_letters WHERE id = ?`, storyID, seq, l.id); err != nil {
+				SELECT ?, ?, ?, ?, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope
+				FROM dead_letters WHERE id = ?`, at.id, at.storyID, at.seq, at.prev, l.id); err != nil {
 				return interpretError(err)
 			}
 			if _, err := d.exec(`DELETE FROM dead_letters WHERE id = ?`, l.id); err != nil {
@@ -241,7 +241,7 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 				return err
 			}
 			for _, h := range heads {
-				adv, err := deadLetter(d, h.queue, h.id, h.seq, h.receiveCount, now)
+				adv, err := deadLetter(d, h.queue, h.id, h.headID, h.receiveCount, now)
 				if err != nil {
 					return err
 				}
@@ -318,6 +318,9 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 // dropExpired deletes up to maintainChunk messages enqueued at or before
 // cutoff; a story whose head went advances (or goes). It returns the
 // number dropped and the queues where a story advanced to a ready head.
+// A message that goes from the middle or the end of its story is taken
+// out of the story's chain: the message after it points to the one before
+// it, and the story's tail becomes the one before it.
 func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
 	rows, err := d.query(`SELECT m.id, m.story_id, m.seq = s.head_seq, s.queue_id FROM messages m
 		JOIN stories s ON s.id = m.story_id
@@ -328,6 +331,7 @@ func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
 	type gone struct {
 		id, story int64
 		head      bool
+		prev      int64
 		queue     string
 	}
 	var msgs []gone
@@ -343,23 +347,45 @@ func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
 	if err := rows.Err(); err != nil {
 		return 0, nil, interpretError(err)
 	}
-	heads := map[int64]string{} // stories whose head was dropped
+	type story struct {
+		queue string
+		head  int64 // the row of the head that went
+	}
+	heads := map[int64]story{} // stories whose head was dropped
 	for _, g := range msgs {
-		if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, g.id); err != nil {
+		if g.head {
+			if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, g.id); err != nil {
+				return 0, nil, interpretError(err)
+			}
+			heads[g.story] = story{queue: g.queue, head: g.id}
+			continue
+		}
+		// Not the head: out of the chain. Its prev as it is now (a message
+		// before it may have gone in this chunk and been unlinked); it may
+		// be a head that went in this chunk: advance then finds the next
+		// one through it.
+		if err := d.row(`DELETE FROM messages WHERE id = ? RETURNING prev`, g.id).Scan(&g.prev); err != nil {
 			return 0, nil, interpretError(err)
 		}
-		if g.head {
-			heads[g.story] = g.queue
+		if _, err := d.exec(`UPDATE messages SET prev = ? WHERE prev = ?`, g.prev, g.id); err != nil {
+			return 0, nil, interpretError(err)
+		}
+		n, err := d.affected(`UPDATE stories SET tail_id = ? WHERE id = ? AND tail_id = ?`, g.prev, g.story, g.id)
+		if err != nil {
+			return 0, nil, interpretError(err)
+		}
+		if n > 0 {
+			d.heads.storySet(g.queue, g.story, func(s *head) { s.tailID = g.prev })
 		}
 	}
 	var woken []string
-	for story, queue := range heads {
-		adv, err := advance(d, queue, story)
+	for id, st := range heads {
+		adv, err := advance(d, st.queue, id, st.head)
 		if err != nil {
 			return 0, nil, err
 		}
 		if adv {
-			woken = append(woken, queue)
+			woken = append(woken, st.queue)
 		}
 	}
 	return len(msgs), woken, nil

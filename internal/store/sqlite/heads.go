@@ -46,6 +46,13 @@ type heads struct {
 	touched map[string]*headQueue
 	// snaps are the committed out sets the read pool counts from.
 	snaps *outSnaps
+	// nextMsg is the row id the next message row gets (0: not read yet):
+	// publish names each new row's id, so that the row after it in its
+	// story can point to it (prev) in the same statement. Ids only grow
+	// while the writer runs; after a reset it is read again from the
+	// table (the largest id there plus one), so an id left unused by a
+	// rolled-back operation may be given again, never one in use.
+	nextMsg int64
 }
 
 // outHead is a received head as the queue counts see it: in flight
@@ -133,6 +140,8 @@ type head struct {
 	key          string // the story key (correlation id)
 	seq          int64  // the head's sequence number
 	tail         int64  // the last sequence number taken
+	headID       int64  // the head's message row id
+	tailID       int64  // the tail's message row id
 	visibleAt    int64  // ms
 	nonce        int64  // 0 until the head is received
 	receiveCount int
@@ -229,6 +238,7 @@ func (h *heads) reset() {
 	clear(h.queues)
 	clear(h.limits)
 	h.unpublish("")
+	h.nextMsg = 0
 	h.changes++
 }
 
@@ -270,7 +280,8 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	if q := h.queues[queueID]; q != nil {
 		return q, nil
 	}
-	rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+	rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, head_id, tail_id, visible_at, receive_count, nonce, delayed
+		FROM stories WHERE queue_id = ?`, queueID)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -285,7 +296,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	for rows.Next() {
 		s := &head{}
 		var delayed int
-		if err := rows.Scan(&s.id, &s.key, &s.seq, &s.tail, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
+		if err := rows.Scan(&s.id, &s.key, &s.seq, &s.tail, &s.headID, &s.tailID, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed); err != nil {
 			return failed(err)
 		}
 		s.delayed = delayed != 0
@@ -386,9 +397,21 @@ func (q *headQueue) exhausted(now int64, limit int) []*head {
 
 // --- changes, each applied right after the statement that makes it
 
-// storyAdvanced records a story's next head (ready at visibleAt, never
-// received), or with ok false that the story went.
-func (h *heads) storyAdvanced(queueID string, id int64, ok bool, seq, visibleAt int64) {
+// newMessageID returns the row id for a new message row.
+func (h *heads) newMessageID(d *dbq) (int64, error) {
+	if h.nextMsg == 0 {
+		if err := d.row(`SELECT coalesce(max(id), 0) + 1 FROM messages`).Scan(&h.nextMsg); err != nil {
+			return 0, interpretError(err)
+		}
+	}
+	id := h.nextMsg
+	h.nextMsg++
+	return id, nil
+}
+
+// storyAdvanced records a story's next head (message row headID, ready at
+// visibleAt, never received), or with ok false that the story went.
+func (h *heads) storyAdvanced(queueID string, id int64, ok bool, seq, headID, visibleAt int64) {
 	q := h.loaded(queueID)
 	if q == nil {
 		return
@@ -404,7 +427,7 @@ func (h *heads) storyAdvanced(queueID string, id int64, ok bool, seq, visibleAt 
 		return
 	}
 	q.update(s, func(s *head) {
-		s.seq, s.visibleAt, s.receiveCount, s.nonce, s.delayed = seq, visibleAt, 0, 0, false
+		s.seq, s.headID, s.visibleAt, s.receiveCount, s.nonce, s.delayed = seq, headID, visibleAt, 0, 0, false
 	})
 }
 
@@ -429,8 +452,8 @@ func headOf(d *dbq, queueID string, id int64) (*head, error) {
 		// Not on the writer (never the case for the callers): the table.
 		s := &head{id: id}
 		var delayed int
-		err := d.row(`SELECT head_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE id = ? AND queue_id = ?`, id, queueID).
-			Scan(&s.seq, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed)
+		err := d.row(`SELECT head_seq, head_id, visible_at, receive_count, nonce, delayed FROM stories WHERE id = ? AND queue_id = ?`, id, queueID).
+			Scan(&s.seq, &s.headID, &s.visibleAt, &s.receiveCount, &s.nonce, &delayed)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, nil
 		}

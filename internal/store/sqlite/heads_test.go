@@ -20,7 +20,7 @@ func checkHeads(t *testing.T, s *Store) {
 	t.Helper()
 	err := s.w.do(context.Background(), func(d *dbq) error {
 		for queueID, q := range d.heads.queues {
-			rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
+			rows, err := d.query(`SELECT id, story_key, head_seq, tail_seq, head_id, tail_id, visible_at, receive_count, nonce, delayed FROM stories WHERE queue_id = ?`, queueID)
 			if err != nil {
 				return err
 			}
@@ -28,7 +28,7 @@ func checkHeads(t *testing.T, s *Store) {
 			for rows.Next() {
 				var h head
 				var delayed int
-				if err := rows.Scan(&h.id, &h.key, &h.seq, &h.tail, &h.visibleAt, &h.receiveCount, &h.nonce, &delayed); err != nil {
+				if err := rows.Scan(&h.id, &h.key, &h.seq, &h.tail, &h.headID, &h.tailID, &h.visibleAt, &h.receiveCount, &h.nonce, &delayed); err != nil {
 					_ = rows.Close()
 					return err
 				}
@@ -263,31 +263,50 @@ func TestMigrationToLeanHeads(t *testing.T) {
 	if err := old.read(ctx, func(d *dbq) error { return d.row(`SELECT max(version) FROM schema_migrations`).Scan(&v) }); err != nil || v != 4 {
 		t.Fatalf("old schema version %d (%v), want 4", v, err)
 	}
-	ws, prod, q := setupQueue(t, old, 2)
-	var ms []bus.PublishMessage
-	for i := range 12 {
-		ms = append(ms, msg(fmt.Sprint("m", i), fmt.Sprint("s", i%4)))
-	}
-	if _, err := old.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: ms, Now: t0}); err != nil {
-		t.Fatal(err)
-	}
+	_, prod, q := setupQueue(t, old, 2)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	r, err := old.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 4, Visibility: time.Hour, Now: at(time.Second)})
-	if err != nil || len(r.Deliveries) != 4 {
-		t.Fatalf("receive: %v, %d", err, len(r.Deliveries))
-	}
-	ds := r.Deliveries // m0 m1 m2 m3, heads of s0..s3
-	acked, inFlight, delayed := ds[0].Handle, ds[1].Handle, ds[2].Handle
-	if _, err := old.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{acked}, Now: at(2 * time.Second)}); err != nil {
+	// The state the message path of schema 4 left after: m0..m11 published
+	// at t0 over s0..s3 (message i to story i%4); the four heads received
+	// at t0+1s for an hour; at t0+2s s0's head m0 acknowledged (s0
+	// advanced to m4, ready since t0), s2's head m2 released with a delay
+	// of 10 minutes, s3's head m3 released at once (received once of its
+	// two attempts); s1's head m1 in flight. (This code writes schema 7's
+	// columns, so the rows are written as that path wrote them.)
+	ms := func(d time.Duration) int64 { return at(d).UnixMilli() }
+	const nonce0, nonce1, nonce2, nonce3 = 1001, 1002, 1003, 1004
+	err = old.w.do(ctx, func(d *dbq) error {
+		type story struct {
+			head                       int64
+			visibleAt, recv, nonce, dl int64
+		}
+		stories := []story{
+			{head: 2, visibleAt: ms(0), recv: 0, nonce: 0},
+			{head: 1, visibleAt: ms(time.Second + time.Hour), recv: 1, nonce: nonce1},
+			{head: 1, visibleAt: ms(2*time.Second + 10*time.Minute), recv: 1, nonce: nonce2, dl: 1},
+			{head: 1, visibleAt: ms(2 * time.Second), recv: 1, nonce: nonce3},
+		}
+		for j, st := range stories {
+			if _, err := d.exec(`INSERT INTO stories(id, queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
+				VALUES (?, ?, ?, ?, 3, ?, ?, ?, ?)`, j+1, q, fmt.Sprint("s", j), st.head, st.visibleAt, st.recv, st.nonce, st.dl); err != nil {
+				return err
+			}
+		}
+		for i := 1; i < 12; i++ { // m0 was acknowledged
+			id := fmt.Sprint("m", i)
+			if _, err := d.exec(`INSERT INTO messages(id, story_id, seq, queue_id, message_id, message_type, topic, correlation_id,
+				producer_id, enqueued_at, envelope) VALUES (?, ?, ?, ?, ?, 'story.context', 'som.story.context', ?, ?, ?, ?)`,
+				i+1, i%4+1, i/4+1, q, id, fmt.Sprint("s", i%4), prod, ms(0), []byte(`{"message_id":"`+id+`"}`)); err != nil {
+				return err
+			}
+		}
+		_, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES (?, 1, 1, ?, ?)`, q, nonce0, ms(2*time.Second))
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{delayed}, Delay: 10 * time.Minute, Now: at(2 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
-	// s3's head (m3): received twice (limit 2), then dead-lettered.
-	if _, err := old.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{ds[3].Handle}, Now: at(2 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	acked := bus.Handle{QueueID: q, StoryID: 1, Seq: 1, Nonce: nonce0}
+	inFlight := bus.Handle{QueueID: q, StoryID: 2, Seq: 1, Nonce: nonce1}
 	wantStats := func(s *Store, now time.Time) bus.QueueStats {
 		st, err := s.QueueStats(ctx, q, now)
 		if err != nil {
@@ -331,7 +350,7 @@ func TestMigrationToLeanHeads(t *testing.T) {
 	// Ready now, in claim order: s3's m3 again (visible since its nack),
 	// then the heads that became ready by the acks: s0's m4 and s1's m5
 	// (enqueued at t0, as m3's story was ready at t0+2s: m4, m5 first).
-	r, err = s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: at(5 * time.Second)})
+	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: at(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,6 +536,53 @@ func TestCountsAfterReopen(t *testing.T) {
 	}
 	if st, err := s.QueueStats(ctx, q, now); err != nil || st != want {
 		t.Fatalf("from the out set: %+v, %v; want %+v", st, err, want)
+	}
+	checkHeads(t, s)
+}
+
+// TestRetentionUnlinksMessages: retention dropping messages from the
+// middle and the end of a story (enqueued earlier than the head: publish
+// times need not grow) keeps the story's chain whole: the next publish
+// follows the last message left, and the story delivers what is left in
+// order.
+func TestRetentionUnlinksMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	pub := func(id string, at time.Time) {
+		t.Helper()
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: []bus.PublishMessage{msg(id, "s")}, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := t0.Add(2 * time.Hour)
+	pub("m1", late)
+	pub("m2", t0)
+	pub("m3", late)
+	pub("m4", t0)
+	res, err := s.Maintain(ctx, &bus.MaintainParams{Now: t0.Add(3 * time.Hour), Retention: 2*time.Hour + time.Minute})
+	if err != nil || res.Expired != 2 {
+		t.Fatalf("maintain: %+v, %v; want m2 and m4 expired", res, err)
+	}
+	checkHeads(t, s)
+	pub("m5", late)
+	checkHeads(t, s)
+	var got []string
+	for range 4 {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(3 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range r.Deliveries {
+			got = append(got, d.MessageID)
+		}
+		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0.Add(3 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"m1", "m3", "m5"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
 	}
 	checkHeads(t, s)
 }

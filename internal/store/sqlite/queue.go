@@ -68,12 +68,12 @@ func publish(d *dbq, routes *bus.RouteCache, p *bus.PublishParams) ([]bus.Publis
 			continue
 		}
 		for _, q := range queues[i] {
-			storyID, seq, err := appendToStory(d, q, m.CorrelationID, now, tails)
+			at, err := appendToStory(d, q, m.CorrelationID, now, tails)
 			if err != nil {
 				return nil, err
 			}
-			rows = append(rows, storyID, seq, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID, p.ProducerID, now,
-				envelope(m.Envelope))
+			rows = append(rows, at.id, at.storyID, at.seq, at.prev, q, m.MessageID, m.MessageType, m.Topic, m.CorrelationID,
+				p.ProducerID, now, envelope(m.Envelope))
 		}
 		out[i] = bus.PublishOutcome{Deliveries: len(queues[i]), QueueIDs: queues[i]}
 	}
@@ -162,53 +162,65 @@ func envelope(b []byte) []byte {
 	return b
 }
 
-// appendToStory takes the next sequence number of a story, creating the
-// story (visible now, head 1) when the queue has none for key. The queue's
-// index of heads knows the story and its tail; the stories row's tail_seq
-// is updated at once, or, with tails non-nil, later by flushTails (a
-// publish updates each story once for all its messages).
-func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head) (storyID, seq int64, err error) {
+// appended is where appendToStory placed a message: its row id, story,
+// sequence number, and the row id of the story's message before it (0 if
+// none).
+type appended struct{ id, storyID, seq, prev int64 }
+
+// appendToStory takes the next sequence number and a row id for a message
+// of a story, creating the story (visible now, head 1) when the queue has
+// none for key. The queue's index of heads knows the story and its tail;
+// the stories row's tail is updated at once, or, with tails non-nil,
+// later by flushTails (a publish updates each story once for all its
+// messages).
+func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head) (appended, error) {
 	q, err := d.heads.queue(d, queueID)
 	if err != nil {
-		return 0, 0, err
+		return appended{}, err
+	}
+	id, err := d.heads.newMessageID(d)
+	if err != nil {
+		return appended{}, err
 	}
 	if s := q.byKey[key]; s != nil {
-		s.tail++
+		at := appended{id: id, storyID: s.id, seq: s.tail + 1, prev: s.tailID}
+		s.tail, s.tailID = at.seq, id
 		d.heads.changes++
 		if tails != nil {
 			tails[s.id] = s
-			return s.id, s.tail, nil
+			return at, nil
 		}
-		if _, err := d.exec(`UPDATE stories SET tail_seq = ? WHERE id = ?`, s.tail, s.id); err != nil {
-			return 0, 0, interpretError(err)
+		if _, err := d.exec(`UPDATE stories SET tail_seq = ?, tail_id = ? WHERE id = ?`, s.tail, s.tailID, s.id); err != nil {
+			return appended{}, interpretError(err)
 		}
-		return s.id, s.tail, nil
+		return at, nil
 	}
-	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-		VALUES (?, ?, 1, 1, ?, 0, 0, 0) RETURNING id`, queueID, key, now).Scan(&storyID)
+	var storyID int64
+	err = d.row(`INSERT INTO stories(queue_id, story_key, head_seq, tail_seq, head_id, tail_id, visible_at, receive_count, nonce, delayed)
+		VALUES (?, ?, 1, 1, ?, ?, ?, 0, 0, 0) RETURNING id`, queueID, key, id, id, now).Scan(&storyID)
 	if err != nil {
-		return 0, 0, interpretError(err)
+		return appended{}, interpretError(err)
 	}
 	d.heads.changes++ // first: a failure below must drop the index
-	q.put(&head{id: storyID, key: key, seq: 1, tail: 1, visibleAt: now})
-	return storyID, 1, nil
+	q.put(&head{id: storyID, key: key, seq: 1, tail: 1, headID: id, tailID: id, visibleAt: now})
+	return appended{id: id, storyID: storyID, seq: 1}, nil
 }
 
-// flushTails writes the tail_seq of the stories appendToStory extended.
+// flushTails writes the tails of the stories appendToStory extended.
 func flushTails(d *dbq, tails map[int64]*head) error {
-	const chunk = 400
-	args := make([]any, 0, 2*min(len(tails), chunk))
+	const chunk = 300
+	args := make([]any, 0, 3*min(len(tails), chunk))
 	n := 0
 	flush := func() error {
 		if n == 0 {
 			return nil
 		}
-		_, err := d.exec(`UPDATE stories SET tail_seq = c.column2 FROM (VALUES `+placeholders(n, 2)+`) AS c WHERE stories.id = c.column1`, args...)
+		_, err := d.exec(`UPDATE stories SET tail_seq = c.column2, tail_id = c.column3 FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...)
 		args, n = args[:0], 0
 		return interpretError(err)
 	}
 	for id, s := range tails {
-		args = append(args, id, s.tail)
+		args = append(args, id, s.tail, s.tailID)
 		if n++; n == chunk {
 			if err := flush(); err != nil {
 				return err
@@ -219,11 +231,11 @@ func flushTails(d *dbq, tails map[int64]*head) error {
 }
 
 // messageCols are the columns publish writes, messageArgs their values.
-const messageCols = `story_id, seq, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`
+const messageCols = `id, story_id, seq, prev, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`
 
 // insertMessages inserts rows of messageCols values, many per statement.
 func insertMessages(d *dbq, args []any) error {
-	const cols, chunk = 10, 200
+	const cols, chunk = 12, 200
 	for len(args) > 0 {
 		n := min(len(args)/cols, chunk)
 		if _, err := d.exec(`INSERT INTO messages(`+messageCols+`) VALUES `+placeholders(n, cols), args[:n*cols]...); err != nil {
@@ -234,44 +246,45 @@ func insertMessages(d *dbq, args []any) error {
 	return nil
 }
 
-// advance moves a story past its head after the head left (ack or
-// dead-letter move): the smallest remaining message becomes the head, ready
-// at its enqueued_at, or the story row goes. It reports whether a head is
-// left. The single writer makes the read and the write one atomic step.
-func advance(d *dbq, queueID string, storyID int64) (bool, error) {
-	var seq, enq int64
-	err := d.row(`SELECT seq, enqueued_at FROM messages WHERE story_id = ? ORDER BY seq LIMIT 1`, storyID).Scan(&seq, &enq)
+// advance moves a story past its head after the head (message row gone)
+// left (ack or dead-letter move): the message after it in the story (the
+// one whose prev is gone) becomes the head, ready at its enqueued_at, or
+// the story row goes. It reports whether a head is left. The single writer
+// makes the read and the write one atomic step.
+func advance(d *dbq, queueID string, storyID, gone int64) (bool, error) {
+	var id, seq, enq int64
+	err := d.row(`SELECT id, seq, enqueued_at FROM messages WHERE prev = ?`, gone).Scan(&id, &seq, &enq)
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err := d.exec(`DELETE FROM stories WHERE id = ?`, storyID); err != nil {
 			return false, interpretError(err)
 		}
-		d.heads.storyAdvanced(queueID, storyID, false, 0, 0)
+		d.heads.storyAdvanced(queueID, storyID, false, 0, 0, 0)
 		return false, nil
 	}
 	if err != nil {
 		return false, interpretError(err)
 	}
-	if _, err = d.exec(`UPDATE stories SET head_seq = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
-		seq, enq, storyID); err != nil {
+	if _, err = d.exec(`UPDATE stories SET head_seq = ?, head_id = ?, receive_count = 0, nonce = 0, delayed = 0, visible_at = ? WHERE id = ?`,
+		seq, id, enq, storyID); err != nil {
 		return false, interpretError(err)
 	}
-	d.heads.storyAdvanced(queueID, storyID, true, seq, enq)
+	d.heads.storyAdvanced(queueID, storyID, true, seq, id, enq)
 	return true, nil
 }
 
-// deadLetter moves the head (storyID, seq) to its queue's dead letters with
-// receiveCount, then advances the story.
-func deadLetter(d *dbq, queueID string, storyID, seq int64, receiveCount int, now int64) (bool, error) {
+// deadLetter moves the head of a story (message row headID) to its queue's
+// dead letters with receiveCount, then advances the story.
+func deadLetter(d *dbq, queueID string, storyID, headID int64, receiveCount int, now int64) (bool, error) {
 	if _, err := d.exec(`INSERT INTO dead_letters(queue_id, message_id, message_type, topic, correlation_id,
 		producer_id, receive_count, enqueued_at, dead_lettered_at, envelope)
 		SELECT queue_id, message_id, message_type, topic, correlation_id, producer_id, ?, enqueued_at, ?, envelope
-		FROM messages WHERE story_id = ? AND seq = ?`, receiveCount, now, storyID, seq); err != nil {
+		FROM messages WHERE id = ?`, receiveCount, now, headID); err != nil {
 		return false, interpretError(err)
 	}
-	if _, err := d.exec(`DELETE FROM messages WHERE story_id = ? AND seq = ?`, storyID, seq); err != nil {
+	if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, headID); err != nil {
 		return false, interpretError(err)
 	}
-	return advance(d, queueID, storyID)
+	return advance(d, queueID, storyID, headID)
 }
 
 // attemptLimit reads a queue's attempt limit; ErrNotFound when the queue
@@ -302,7 +315,7 @@ func deadLetterExhausted(d *dbq, q *headQueue, queueID string, limit int, now in
 	heads := q.exhausted(now, limit)
 	woke := false
 	for _, h := range heads {
-		adv, err := deadLetter(d, queueID, h.id, h.seq, h.receiveCount, now)
+		adv, err := deadLetter(d, queueID, h.id, h.headID, h.receiveCount, now)
 		if err != nil {
 			return 0, false, err
 		}
@@ -328,40 +341,42 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 
 const deliveryCols = `message_id, message_type, correlation_id, topic, producer_id, enqueued_at, envelope`
 
-// readDelivery fills the message fields of a delivery from the head row.
-func readDelivery(d *dbq, del *bus.Delivery) error {
+// readDelivery fills the message fields of a delivery from the head row
+// (message row id).
+func readDelivery(d *dbq, del *bus.Delivery, id int64) error {
 	var enq int64
-	err := d.row(`SELECT `+deliveryCols+` FROM messages WHERE story_id = ? AND seq = ?`, del.Handle.StoryID, del.Handle.Seq).
+	err := d.row(`SELECT `+deliveryCols+` FROM messages WHERE id = ?`, id).
 		Scan(&del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope)
 	del.EnqueuedAt = fromMS(enq)
 	return interpretError(err)
 }
 
 // readDeliveries fills the message fields of deliveries of distinct
-// stories from their head rows, in one statement.
-func readDeliveries(d *dbq, dels []bus.Delivery) error {
+// stories from their head rows (message row ids, in the same order), in
+// one statement.
+func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
 	if len(dels) == 1 {
-		return readDelivery(d, &dels[0])
+		return readDelivery(d, &dels[0], ids[0])
 	}
-	byStory := make(map[int64]int, len(dels))
-	args := make([]any, 0, 2*len(dels))
+	byRow := make(map[int64]int, len(dels))
+	args := make([]any, 0, len(dels))
 	for i := range dels {
-		byStory[dels[i].Handle.StoryID] = i
-		args = append(args, dels[i].Handle.StoryID, dels[i].Handle.Seq)
+		byRow[ids[i]] = i
+		args = append(args, ids[i])
 	}
-	rows, err := d.query(`SELECT story_id, `+deliveryCols+` FROM messages WHERE (story_id, seq) IN (VALUES `+placeholders(len(dels), 2)+`)`, args...)
+	rows, err := d.query(`SELECT id, `+deliveryCols+` FROM messages WHERE id IN (`+inList(len(dels))+`)`, args...)
 	if err != nil {
 		return interpretError(err)
 	}
 	defer rows.Close()
 	found := 0
 	for rows.Next() {
-		var story, enq int64
+		var row, enq int64
 		var del bus.Delivery
-		if err := rows.Scan(&story, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
+		if err := rows.Scan(&row, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
 			return interpretError(err)
 		}
-		i, ok := byStory[story]
+		i, ok := byRow[row]
 		if !ok {
 			continue
 		}
@@ -424,13 +439,15 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 			visibleAt := ms(p.Now.Add(p.Visibility))
 			args := make([]any, 0, 1+3*n)
 			args = append(args, visibleAt)
+			ids := make([]int64, n)
 			for i, h := range claimed {
 				del := &res.Deliveries[i]
 				del.Handle = bus.Handle{QueueID: p.QueueID, StoryID: h.id, Seq: h.seq, Nonce: newNonce()}
 				del.ReceiveCount = h.receiveCount + 1
 				args = append(args, h.id, del.ReceiveCount, del.Handle.Nonce)
+				ids[i] = h.headID
 			}
-			if err := readDeliveries(d, res.Deliveries); err != nil {
+			if err := readDeliveries(d, res.Deliveries, ids); err != nil {
 				return nil, err
 			}
 			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
@@ -504,11 +521,14 @@ func replay(d *dbq, q *headQueue, p *bus.ReceiveParams, now int64) (out []bus.De
 		if err != nil {
 			return nil, false, interpretError(err)
 		}
-		if s := q.stories[h[0]]; s != nil {
-			d.heads.changes++
-			q.update(s, func(s *head) { s.visibleAt = visibleAt })
+		s := q.stories[h[0]]
+		if s == nil || s.seq != h[1] {
+			// The row matched, so the index holds the story at that head.
+			return nil, false, fmt.Errorf("sqlite: story %d is not in the index of heads at head %d", h[0], h[1])
 		}
-		if err := readDelivery(d, &del); err != nil {
+		d.heads.changes++
+		q.update(s, func(s *head) { s.visibleAt = visibleAt })
+		if err := readDelivery(d, &del, s.headID); err != nil {
 			return nil, false, err
 		}
 		out = append(out, del)
@@ -538,6 +558,9 @@ func (s *Store) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.Sett
 	return out, nil
 }
 
+// inList returns n comma-separated placeholders.
+func inList(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
 // placeholders returns n groups of "(?, …)" of k parameters, comma-separated.
 func placeholders(n, k int) string {
 	group := "(" + strings.Repeat("?, ", k-1) + "?)"
@@ -564,7 +587,7 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	}
 	// The live heads: the story's head is the handle's message, received
 	// with the handle's nonce.
-	type state struct{ head, nonce int64 }
+	type state struct{ head, nonce, row int64 }
 	heads := make(map[int64]state, len(ids))
 	for _, id := range ids {
 		h, err := headOf(d, p.QueueID, id.(int64))
@@ -572,10 +595,11 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 			return nil, err
 		}
 		if h != nil {
-			heads[id.(int64)] = state{head: h.seq, nonce: h.nonce}
+			heads[id.(int64)] = state{head: h.seq, nonce: h.nonce, row: h.headID}
 		}
 	}
 	var live []bus.Handle
+	var rows []int64 // the message row of each live handle
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
 			out[i] = invalid("the receipt handle is not from this queue")
@@ -583,6 +607,7 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 		}
 		if st, ok := heads[h.StoryID]; ok && st.head == h.Seq && st.nonce != 0 && st.nonce == h.Nonce {
 			live = append(live, h)
+			rows = append(rows, st.row)
 			continue
 		}
 		// Not live (ackOne tells why, or finds an earlier ack): it changes
@@ -596,7 +621,7 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	if len(live) == 0 {
 		return out, nil
 	}
-	woken, err := ackLive(d, p, live)
+	woken, err := ackLive(d, p, live, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -608,55 +633,56 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	return out, nil
 }
 
-// ackLive acknowledges live heads of distinct stories: deletes the
-// messages, records the acks and advances each story (woken[story] tells
-// whether a next head is ready).
-func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, error) {
+// ackLive acknowledges live heads of distinct stories (their message rows
+// in rows): deletes the messages, records the acks and advances each story
+// (woken[story] tells whether a next head is ready).
+func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[int64]bool, error) {
 	now := ms(p.Now)
 	n := len(live)
-	pairs := make([]any, 0, 2*n)
+	gone := make([]any, 0, n)
 	recs := make([]any, 0, 5*n)
 	ids := make([]any, 0, n)
-	for _, h := range live {
-		pairs = append(pairs, h.StoryID, h.Seq)
+	for i, h := range live {
+		gone = append(gone, rows[i])
 		recs = append(recs, h.QueueID, h.StoryID, h.Seq, h.Nonce, now)
 		ids = append(ids, h.StoryID)
 	}
-	if _, err := d.exec(`DELETE FROM messages WHERE (story_id, seq) IN (VALUES `+placeholders(n, 2)+`)`, pairs...); err != nil {
+	if _, err := d.exec(`DELETE FROM messages WHERE id IN (`+inList(n)+`)`, gone...); err != nil {
 		return nil, interpretError(err)
 	}
 	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES `+placeholders(n, 5)+`
 		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`, recs...); err != nil {
 		return nil, interpretError(err)
 	}
-	// Advance (as advance does): the smallest remaining message becomes the
-	// head, ready at its enqueued_at; a story left empty goes.
-	in := strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-	rows, err := d.query(`UPDATE stories SET (head_seq, visible_at) =
-			(SELECT seq, enqueued_at FROM messages WHERE story_id = stories.id ORDER BY seq LIMIT 1),
+	// Advance (as advance does): the message after the head (prev = the
+	// head's row, still in head_id) becomes the head, ready at its
+	// enqueued_at; a story left empty goes.
+	res, err := d.query(`UPDATE stories SET (head_id, head_seq, visible_at) =
+			(SELECT id, seq, enqueued_at FROM messages WHERE prev = stories.head_id),
 			receive_count = 0, nonce = 0, delayed = 0
-		WHERE id IN (`+in+`) AND EXISTS (SELECT 1 FROM messages WHERE story_id = stories.id) RETURNING id, head_seq, visible_at`, ids...)
+		WHERE id IN (`+inList(n)+`) AND EXISTS (SELECT 1 FROM messages WHERE prev = stories.head_id)
+		RETURNING id, head_id, head_seq, visible_at`, ids...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	woken := make(map[int64]bool, n)
-	type next struct{ id, seq, visibleAt int64 }
+	type next struct{ id, row, seq, visibleAt int64 }
 	var advanced []next
-	for rows.Next() {
+	for res.Next() {
 		var a next
-		if err := rows.Scan(&a.id, &a.seq, &a.visibleAt); err != nil {
-			_ = rows.Close()
+		if err := res.Scan(&a.id, &a.row, &a.seq, &a.visibleAt); err != nil {
+			_ = res.Close()
 			return nil, interpretError(err)
 		}
 		woken[a.id] = true
 		advanced = append(advanced, a)
 	}
-	_ = rows.Close()
-	if err := rows.Err(); err != nil {
+	_ = res.Close()
+	if err := res.Err(); err != nil {
 		return nil, interpretError(err)
 	}
 	for _, a := range advanced {
-		d.heads.storyAdvanced(p.QueueID, a.id, true, a.seq, a.visibleAt)
+		d.heads.storyAdvanced(p.QueueID, a.id, true, a.seq, a.row, a.visibleAt)
 	}
 	var empty []any
 	for _, h := range live {
@@ -666,11 +692,11 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle) (map[int64]bool, er
 		}
 	}
 	if len(empty) > 0 {
-		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(empty)), ", ")+`)`, empty...); err != nil {
+		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+inList(len(empty))+`)`, empty...); err != nil {
 			return nil, interpretError(err)
 		}
 		for _, id := range empty {
-			d.heads.storyAdvanced(p.QueueID, id.(int64), false, 0, 0)
+			d.heads.storyAdvanced(p.QueueID, id.(int64), false, 0, 0, 0)
 		}
 	}
 	return woken, nil
@@ -727,22 +753,22 @@ func invalid(msg string) bus.SettleResult {
 
 // liveHead reads the story of h when h is its head's latest delivery:
 // ok false otherwise, with the reason.
-func liveHead(d *dbq, h bus.Handle) (receiveCount int, ok bool, why string, err error) {
+func liveHead(d *dbq, h bus.Handle) (receiveCount int, row int64, ok bool, why string, err error) {
 	st, err := headOf(d, h.QueueID, h.StoryID)
 	switch {
 	case err != nil:
-		return 0, false, "", err
+		return 0, 0, false, "", err
 	case st == nil || st.seq != h.Seq:
-		return 0, false, "the message is no longer in the queue", nil
+		return 0, 0, false, "the message is no longer in the queue", nil
 	case st.nonce == 0 || st.nonce != h.Nonce:
-		return 0, false, "the message was received again since this receipt handle was issued", nil
+		return 0, 0, false, "the message was received again since this receipt handle was issued", nil
 	}
-	return st.receiveCount, true, "", nil
+	return st.receiveCount, st.headID, true, "", nil
 }
 
 func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult, error) {
 	now := ms(p.Now)
-	_, live, why, err := liveHead(d, h)
+	_, row, live, why, err := liveHead(d, h)
 	if err != nil {
 		return bus.SettleResult{}, err
 	}
@@ -760,7 +786,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 			return bus.SettleResult{}, interpretError(err)
 		}
 	}
-	if _, err := d.exec(`DELETE FROM messages WHERE story_id = ? AND seq = ?`, h.StoryID, h.Seq); err != nil {
+	if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, row); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
 	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES (?, ?, ?, ?, ?)
@@ -768,7 +794,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 		h.QueueID, h.StoryID, h.Seq, h.Nonce, now); err != nil {
 		return bus.SettleResult{}, interpretError(err)
 	}
-	woke, err := advance(d, h.QueueID, h.StoryID)
+	woke, err := advance(d, h.QueueID, h.StoryID, row)
 	if err != nil {
 		return bus.SettleResult{}, err
 	}
@@ -777,7 +803,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 
 func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleResult, error) {
 	now := ms(p.Now)
-	count, live, why, err := liveHead(d, h)
+	count, row, live, why, err := liveHead(d, h)
 	if err != nil {
 		return bus.SettleResult{}, err
 	}
@@ -786,7 +812,7 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 	}
 	if count >= limit {
 		// Delivered as often as allowed: to the dead letters now.
-		woke, err := deadLetter(d, h.QueueID, h.StoryID, h.Seq, count, now)
+		woke, err := deadLetter(d, h.QueueID, h.StoryID, row, count, now)
 		if err != nil {
 			return bus.SettleResult{}, err
 		}
