@@ -447,15 +447,16 @@ func (w *writer) syncWAL() error {
 	return nil
 }
 
-// fsyncFile fsyncs the file at path. The file is opened each time: an
-// fsync through any descriptor of a file flushes the file, and a fresh open
-// can never hold on to a WAL that was replaced.
+// fsyncFile makes the file at path durable (syncData: fdatasync(2) on
+// Linux, fsync elsewhere). The file is opened each time: a sync through
+// any descriptor of a file flushes the file, and a fresh open can never
+// hold on to a WAL that was replaced.
 func fsyncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = syncData(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
