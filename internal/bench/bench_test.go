@@ -274,16 +274,30 @@ func vsFloor(b *testing.B, p *servertest.Pair, prepare func(target) error, work 
 }
 
 // BenchmarkPublishSingle: 8 concurrent publishers, one message a request.
+// cpu-us/msg is the process's CPU time (client, server and store) per
+// message over the timed run, floor-cpu-us/msg the floor's: on a machine
+// shared with other work the rates follow the CPU the process gets, while
+// the CPU a message costs moves much less.
 func BenchmarkPublishSingle(b *testing.B) {
 	n, p := setup(b)
 	b.ResetTimer()
+	cpu := processCPU()
 	err := publishSingle(nodeTarget(n, p), b.N)
+	cpu = processCPU() - cpu
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	rate(b, b.N)
-	vsFloor(b, p, nil, func(t target) error { return publishSingle(t, b.N) })
+	b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-us/msg")
+	var floorCPU int64
+	vsFloor(b, p, nil, func(t target) error {
+		floorCPU = processCPU()
+		err := publishSingle(t, b.N)
+		floorCPU = processCPU() - floorCPU
+		return err
+	})
+	b.ReportMetric(float64(floorCPU)/1e3/float64(b.N), "floor-cpu-us/msg")
 }
 
 // BenchmarkPublishBatch: 8 concurrent publishers, batches of 100; b.N counts
@@ -327,11 +341,14 @@ func BenchmarkDrain(b *testing.B) {
 func BenchmarkFloorPublishSingle(b *testing.B) {
 	t := floorTarget(b, floorPair)
 	b.ResetTimer()
+	cpu := processCPU()
 	if err := publishSingle(t, b.N); err != nil {
 		b.Fatal(err)
 	}
+	cpu = processCPU() - cpu
 	b.StopTimer()
 	rate(b, b.N)
+	b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-us/msg")
 }
 
 // BenchmarkFloorPublishBatch is BenchmarkPublishBatch against the floor.

