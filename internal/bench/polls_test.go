@@ -89,6 +89,9 @@ type pollResult struct {
 	Errors            int64
 	FirstError        string
 	PerNode           []pollNodeResult `json:",omitempty"` // with SOMBUS_POLLS_NODES > 1
+	// With several nodes and a poll per queue: publish → answer when the
+	// publish went through the poll's own node, and through another.
+	SameP50, SameP99, CrossP50, CrossP99 float64 `json:",omitempty"`
 }
 
 // pollNodeResult is one node's share when several run.
@@ -668,6 +671,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	var mu sync.Mutex
 	var lat, pub []time.Duration
 	perLat := make([][]time.Duration, count) // by the node published through
+	var same, cross []time.Duration
 	var next atomic.Int64
 	perm := rand.Perm(len(qs))
 	err = split(4, 4, func(int) error {
@@ -676,7 +680,8 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 			if k >= samples {
 				return nil
 			}
-			q := qs[perm[k%len(perm)]]
+			j := perm[k%len(perm)]
+			q := qs[j]
 			id := fmt.Sprintf("lat-%d-%d", polls, k)
 			ch := make(chan time.Time, 1)
 			l.published.Store(id, ch)
@@ -693,6 +698,11 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 				lat = append(lat, at.Sub(t0))
 				pub = append(pub, tp)
 				perLat[k%count] = append(perLat[k%count], at.Sub(t0))
+				if j%count == k%count { // poll j is on node j % count (one poll a queue)
+					same = append(same, at.Sub(t0))
+				} else {
+					cross = append(cross, at.Sub(t0))
+				}
 				mu.Unlock()
 			case <-time.After(30 * time.Second):
 				return fmt.Errorf("message %s not received within 30s", id)
@@ -716,6 +726,11 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	for i := range res.PerNode {
 		res.PerNode[i].P50, res.PerNode[i].P99 = ms(perLat[i], 0.5), ms(perLat[i], 0.99)
 		res.PerNode[i].PublishedTo = float64(len(perLat[i]))
+	}
+	if count > 1 && perQueue == 1 {
+		res.SameP50, res.SameP99, res.CrossP50, res.CrossP99 = ms(same, 0.5), ms(same, 0.99), ms(cross, 0.5), ms(cross, 0.99)
+		t.Logf("publish through the poll's node (%d): answer p50 %.2f ms, p99 %.2f ms; through the other (%d): p50 %.2f ms, p99 %.2f ms",
+			len(same), res.SameP50, res.SameP99, len(cross), res.CrossP50, res.CrossP99)
 	}
 	for i, r := range res.PerNode {
 		t.Logf("node %d: %d polls waiting, RSS %.1f MiB (heap %.1f, stacks %.1f), CPU quiet %.1f%%, steady %.1f%%; %0.f publishes through it: answer p50 %.2f ms, p99 %.2f ms",
