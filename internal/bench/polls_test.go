@@ -28,6 +28,13 @@ package bench
 //     sending the publish to the poll's answer arriving (p50/p99);
 //  5. stops the node with SIGTERM and reports how long it took.
 //
+// SOMBUS_POLLS_NODES=2 starts two nodes on the same store (which must be
+// PostgreSQL: SOMBUS_POLLS_STORE) with one --public-url, so that each takes
+// the other's tokens: the consumers are made through the first, the polls
+// alternate between the nodes (half each), and so do the publishes. The
+// table's RSS and CPU are then the nodes' sums; each node's own figures
+// are logged ("node i: ...").
+//
 // SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
 // measuring (past the runtime's forced GC, every 2 minutes); there is no
 // quiet window then, only the steady state's slices without answers.
@@ -81,6 +88,19 @@ type pollResult struct {
 	StopSeconds       float64
 	Errors            int64
 	FirstError        string
+	PerNode           []pollNodeResult `json:",omitempty"` // with SOMBUS_POLLS_NODES > 1
+	// With several nodes and a poll per queue: publish → answer when the
+	// publish went through the poll's own node, and through another.
+	SameP50, SameP99, CrossP50, CrossP99 float64 `json:",omitempty"`
+}
+
+// pollNodeResult is one node's share when several run.
+type pollNodeResult struct {
+	Polls                 int
+	RSSMiB                float64
+	QuietCPU, SteadyCPU   float64
+	HeapMiB, StackMiB     float64
+	P50, P99, PublishedTo float64 // ms of the samples published through this node; how many
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -172,7 +192,7 @@ type pollNode struct {
 	http   *http.Client
 }
 
-func startPollNode(t *testing.T, bin string) *pollNode {
+func startPollNode(t *testing.T, bin string, extra ...string) *pollNode {
 	dir := t.TempDir()
 	if d := os.Getenv("SOMBUS_BENCH_DIR"); d != "" {
 		dir, _ = os.MkdirTemp(d, "sombus-polls-")
@@ -184,9 +204,9 @@ func startPollNode(t *testing.T, bin string) *pollNode {
 	}
 	for try := 1; ; try++ {
 		addr := servertest.FreeAddr(t)
-		cmd := exec.CommandContext(context.Background(), bin, "serve", //nolint:gosec // our own binary
-			"--listen", addr, "--store", store, "--bootstrap-key", pollBootstrapKey,
-			"--max-conns-per-address", "0", "--log-format", "text", "--log-level", "warn")
+		args := append([]string{"serve", "--listen", addr, "--store", store, "--bootstrap-key", pollBootstrapKey,
+			"--max-conns-per-address", "0", "--log-format", "text", "--log-level", "warn"}, extra...)
+		cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // our own binary
 		lw := servertest.NewProcessLog(t, "node")
 		cmd.Stdout, cmd.Stderr = lw, lw
 		if err := cmd.Start(); err != nil {
@@ -316,7 +336,6 @@ func makeQueues(ctx context.Context, n *pollNode, count int) ([]pollQueue, error
 
 // pollLoad is the client side: the polls and what they saw.
 type pollLoad struct {
-	host      string
 	answers   atomic.Int64 // poll answers, empty or not
 	errors    atomic.Int64
 	firstErr  atomic.Value
@@ -331,11 +350,11 @@ func (l *pollLoad) fail(err error) {
 
 // poll runs one long poll on its own connection until ctx ends, re-issuing
 // it when answered; it acknowledges what it receives.
-func (l *pollLoad) poll(ctx context.Context, c net.Conn, q pollQueue, wait int) {
+func (l *pollLoad) poll(ctx context.Context, c net.Conn, host string, q pollQueue, wait int) {
 	defer l.conns.Done()
 	br := bufio.NewReaderSize(c, 2048)
 	base := "/v1/tenants/" + q.ws + "/consumers/" + q.consumer
-	get := []byte(fmt.Sprintf("GET %s/messages?max=10&wait=%d HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", base, wait, l.host, q.consumerTok))
+	get := []byte(fmt.Sprintf("GET %s/messages?max=10&wait=%d HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", base, wait, host, q.consumerTok))
 	var out struct {
 		Messages []struct {
 			ReceiptHandle string `json:"receipt_handle"`
@@ -382,7 +401,7 @@ func (l *pollLoad) poll(ctx context.Context, c net.Conn, q pollQueue, wait int) 
 		}
 		ack, _ := json.Marshal(map[string]any{"receipt_handles": hs})
 		req := fmt.Sprintf("POST %s/ack HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-			base, l.host, q.consumerTok, len(ack), ack)
+			base, host, q.consumerTok, len(ack), ack)
 		if _, err := io.WriteString(c, req); err != nil {
 			l.fail(fmt.Errorf("send ack: %w", err))
 			return
@@ -461,13 +480,37 @@ func must(v int64, err error) int64 {
 	return v
 }
 
-// cpuOver is the node's CPU in % of a core over d.
-func cpuOver(pid int, d time.Duration) float64 {
-	c0, _ := procCPU(pid)
+// cpuOver is each node's CPU in % of a core over d.
+func cpuOver(pids []int, d time.Duration) []float64 {
+	c0 := make([]int64, len(pids))
+	for i, pid := range pids {
+		c0[i], _ = procCPU(pid)
+	}
 	t0 := time.Now()
 	time.Sleep(d)
-	c1, _ := procCPU(pid)
-	return float64(c1-c0) / 100 / time.Since(t0).Seconds() * 100
+	out := make([]float64, len(pids))
+	for i, pid := range pids {
+		c1, _ := procCPU(pid)
+		out[i] = float64(c1-c0[i]) / 100 / time.Since(t0).Seconds() * 100
+	}
+	return out
+}
+
+// sumCPU is the nodes' CPU time in clock ticks, together.
+func sumCPU(pids []int) int64 {
+	var n int64
+	for _, pid := range pids {
+		n += must(procCPU(pid))
+	}
+	return n
+}
+
+func sum(fs []float64) float64 {
+	var n float64
+	for _, f := range fs {
+		n += f
+	}
+	return n
 }
 
 func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
@@ -475,20 +518,43 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	defer cancel()
 	wait := envInt(t, "SOMBUS_POLLS_WAIT", 20)
 	samples := envInt(t, "SOMBUS_POLLS_SAMPLES", 300)
-	node := startPollNode(t, bin)
-	pid := node.cmd.Process.Pid
+	count := envInt(t, "SOMBUS_POLLS_NODES", 1)
+	var extra []string
+	if count > 1 {
+		if !strings.HasPrefix(os.Getenv("SOMBUS_POLLS_STORE"), "postgres") {
+			t.Fatal("SOMBUS_POLLS_NODES > 1 needs SOMBUS_POLLS_STORE, a PostgreSQL URL")
+		}
+		extra = []string{"--public-url", "http://sombus.polls.test"}
+	}
+	nodes := make([]*pollNode, count)
+	pids := make([]int, count)
+	for i := range nodes {
+		nodes[i] = startPollNode(t, bin, extra...)
+		pids[i] = nodes[i].cmd.Process.Pid
+	}
+	node := nodes[0]
+	stopAll := func() time.Duration {
+		var d time.Duration
+		for _, n := range nodes {
+			d = max(d, n.stop(t))
+		}
+		return d
+	}
 	res := pollResult{Polls: polls, Queues: (polls + perQueue - 1) / perQueue}
+	if count > 1 {
+		res.PerNode = make([]pollNodeResult, count)
+	}
 
 	t0 := time.Now()
 	qs, err := makeQueues(ctx, node, res.Queues)
 	if err != nil {
-		node.stop(t)
+		stopAll()
 		t.Fatalf("create consumers: %v", err)
 	}
 	res.SetupSeconds = time.Since(t0).Seconds()
 	t.Logf("created %d consumers in %.1fs", len(qs), res.SetupSeconds)
 
-	l := &pollLoad{host: strings.TrimPrefix(node.url, "http://")}
+	l := &pollLoad{}
 	var conns []net.Conn
 	defer func() {
 		cancel()
@@ -500,19 +566,27 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	var d net.Dialer
 	firstSent := time.Now()
 	for i := range polls {
-		c, err := d.DialContext(ctx, "tcp", l.host)
+		host := strings.TrimPrefix(nodes[i%count].url, "http://")
+		c, err := d.DialContext(ctx, "tcp", host)
 		if err != nil {
-			node.stop(t)
+			stopAll()
 			t.Fatalf("dial poll %d: %v", i, err)
 		}
 		conns = append(conns, c)
 		l.conns.Add(1)
-		go l.poll(ctx, c, qs[i/perQueue], wait)
+		go l.poll(ctx, c, host, qs[i/perQueue], wait)
 	}
 	const gauge = "sombus_long_polls_waiting"
 	var waiting float64
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		waiting = node.nodeMetrics(ctx, gauge)[gauge]
+		waiting = 0
+		for i, n := range nodes {
+			w := n.nodeMetrics(ctx, gauge)[gauge]
+			waiting += w
+			if res.PerNode != nil {
+				res.PerNode[i].Polls = int(w)
+			}
+		}
 		if waiting >= float64(polls) {
 			break
 		}
@@ -524,7 +598,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		// Let the node run its periodic work (a forced GC every 2 min
 		// shrinks stacks and frees what the opening left behind).
 		m := node.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
-		t.Logf("settling for %s (now RSS %.1f MiB, heap %.1f MiB, stacks %.1f MiB)", settle, procRSS(pid),
+		t.Logf("settling for %s (now RSS %.1f MiB, heap %.1f MiB, stacks %.1f MiB; the first node)", settle, procRSS(pids[0]),
 			m["go_memstats_heap_inuse_bytes"]/(1<<20), m["go_memstats_stack_inuse_bytes"]/(1<<20))
 		time.Sleep(settle)
 		firstSent = time.Now().Add(-time.Duration(wait) * time.Second) // no quiet window after a settle
@@ -534,35 +608,61 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	if quiet := time.Until(firstSent.Add(time.Duration(wait)*time.Second - time.Second)); quiet >= 3*time.Second {
 		a0 := l.answers.Load()
 		res.QuietSeconds = quiet.Seconds()
-		res.QuietCPU = cpuOver(pid, quiet)
+		q := cpuOver(pids, quiet)
+		res.QuietCPU = sum(q)
+		for i := range res.PerNode {
+			res.PerNode[i].QuietCPU = q[i]
+		}
 		res.QuietAnswers = l.answers.Load() - a0
 	} else {
 		t.Logf("no quiet window: opening the polls took longer than wait=%d (or they settled first)", wait)
 	}
-	res.RSSMiB = procRSS(pid)
-	m := node.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
-	res.HeapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
-	res.StackMiB = m["go_memstats_stack_inuse_bytes"] / (1 << 20)
-	res.Goroutines = m["go_goroutines"]
+	for i, n := range nodes {
+		rss := procRSS(pids[i])
+		m := n.nodeMetrics(ctx, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+		res.RSSMiB += rss
+		res.HeapMiB += m["go_memstats_heap_inuse_bytes"] / (1 << 20)
+		res.StackMiB += m["go_memstats_stack_inuse_bytes"] / (1 << 20)
+		res.Goroutines += m["go_goroutines"]
+		if res.PerNode != nil {
+			res.PerNode[i].RSSMiB = rss
+			res.PerNode[i].HeapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
+			res.PerNode[i].StackMiB = m["go_memstats_stack_inuse_bytes"] / (1 << 20)
+		}
+	}
 	// The steady state, in 1 s slices: the slices in which no poll was
 	// answered show the cost of waiting alone when the quiet window could
 	// not be had (opening the polls took longer than their wait).
-	a0, c0, s0 := l.answers.Load(), must(procCPU(pid)), time.Now()
+	c0s := make([]int64, count)
+	for i, pid := range pids {
+		c0s[i] = must(procCPU(pid))
+	}
+	a0, c0, s0 := l.answers.Load(), sumCPU(pids), time.Now()
 	var idleTicks int64
 	for range 20 {
-		a, c := l.answers.Load(), must(procCPU(pid))
+		a, c := l.answers.Load(), sumCPU(pids)
 		time.Sleep(time.Second)
 		if l.answers.Load() == a {
-			idleTicks += must(procCPU(pid)) - c
+			idleTicks += sumCPU(pids) - c
 			res.IdleSlices++
 		}
 	}
 	res.SteadyAnswers = l.answers.Load() - a0
-	res.SteadyCPU = float64(must(procCPU(pid))-c0) / time.Since(s0).Seconds()
+	res.SteadyCPU = float64(sumCPU(pids)-c0) / time.Since(s0).Seconds()
+	for i := range res.PerNode {
+		res.PerNode[i].SteadyCPU = float64(must(procCPU(pids[i]))-c0s[i]) / time.Since(s0).Seconds()
+	}
 	if res.IdleSlices > 0 {
 		res.IdleSliceCPU = float64(idleTicks) / float64(res.IdleSlices)
 	}
-	res.RSSEndMiB = procRSS(pid)
+	res.RSSEndMiB = 0
+	for i, pid := range pids {
+		rss := procRSS(pid)
+		res.RSSEndMiB += rss
+		if res.PerNode != nil {
+			res.PerNode[i].RSSMiB = max(res.PerNode[i].RSSMiB, rss)
+		}
+	}
 	res.RSSMiB = max(res.RSSMiB, res.RSSEndMiB)
 	t.Logf("RSS %.1f MiB (%.1f MiB after the steady state), heap %.1f MiB, stacks %.1f MiB, %0.f goroutines; CPU quiet %.1f%% over %.1fs (%d answers), steady %.1f%% (%d answers; %d 1-s slices without answers at %.1f%%)",
 		res.RSSMiB, res.RSSEndMiB, res.HeapMiB, res.StackMiB, res.Goroutines, res.QuietCPU, res.QuietSeconds, res.QuietAnswers, res.SteadyCPU, res.SteadyAnswers, res.IdleSlices, res.IdleSliceCPU)
@@ -570,6 +670,8 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	// Publish → answer.
 	var mu sync.Mutex
 	var lat, pub []time.Duration
+	perLat := make([][]time.Duration, count) // by the node published through
+	var same, cross []time.Duration
 	var next atomic.Int64
 	perm := rand.Perm(len(qs))
 	err = split(4, 4, func(int) error {
@@ -578,14 +680,15 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 			if k >= samples {
 				return nil
 			}
-			q := qs[perm[k%len(perm)]]
+			j := perm[k%len(perm)]
+			q := qs[j]
 			id := fmt.Sprintf("lat-%d-%d", polls, k)
 			ch := make(chan time.Time, 1)
 			l.published.Store(id, ch)
 			env := servertest.Envelope(id, "story-"+id, map[string]any{"n": k})
 			env["message_type"] = q.messageType
 			t0 := time.Now()
-			if err := node.call(ctx, "POST", "/v1/tenants/"+q.ws+"/messages", q.producerTok, env, nil, 202); err != nil {
+			if err := nodes[k%count].call(ctx, "POST", "/v1/tenants/"+q.ws+"/messages", q.producerTok, env, nil, 202); err != nil {
 				return err
 			}
 			tp := time.Since(t0)
@@ -594,6 +697,12 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 				mu.Lock()
 				lat = append(lat, at.Sub(t0))
 				pub = append(pub, tp)
+				perLat[k%count] = append(perLat[k%count], at.Sub(t0))
+				if j%count == k%count { // poll j is on node j % count (one poll a queue)
+					same = append(same, at.Sub(t0))
+				} else {
+					cross = append(cross, at.Sub(t0))
+				}
 				mu.Unlock()
 			case <-time.After(30 * time.Second):
 				return fmt.Errorf("message %s not received within 30s", id)
@@ -614,6 +723,19 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.Samples = len(lat)
 	res.P50, res.P99, res.Max = ms(lat, 0.50), ms(lat, 0.99), ms(lat, 1)
 	res.PublishP50 = ms(pub, 0.5)
+	for i := range res.PerNode {
+		res.PerNode[i].P50, res.PerNode[i].P99 = ms(perLat[i], 0.5), ms(perLat[i], 0.99)
+		res.PerNode[i].PublishedTo = float64(len(perLat[i]))
+	}
+	if count > 1 && perQueue == 1 {
+		res.SameP50, res.SameP99, res.CrossP50, res.CrossP99 = ms(same, 0.5), ms(same, 0.99), ms(cross, 0.5), ms(cross, 0.99)
+		t.Logf("publish through the poll's node (%d): answer p50 %.2f ms, p99 %.2f ms; through the other (%d): p50 %.2f ms, p99 %.2f ms",
+			len(same), res.SameP50, res.SameP99, len(cross), res.CrossP50, res.CrossP99)
+	}
+	for i, r := range res.PerNode {
+		t.Logf("node %d: %d polls waiting, RSS %.1f MiB (heap %.1f, stacks %.1f), CPU quiet %.1f%%, steady %.1f%%; %0.f publishes through it: answer p50 %.2f ms, p99 %.2f ms",
+			i, r.Polls, r.RSSMiB, r.HeapMiB, r.StackMiB, r.QuietCPU, r.SteadyCPU, r.PublishedTo, r.P50, r.P99)
+	}
 	t.Logf("publish → answer over %d samples: p50 %.2f ms, p99 %.2f ms, max %.2f ms (publish request p50 %.2f ms)", res.Samples, res.P50, res.P99, res.Max, res.PublishP50)
 
 	res.Errors = l.errors.Load()
@@ -621,7 +743,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		res.FirstError = e
 	}
 	cancel() // what the polls see from here on is the stop
-	res.StopSeconds = node.stop(t).Seconds()
+	res.StopSeconds = stopAll().Seconds()
 	t.Logf("node stopped %.2fs after SIGTERM; client errors %d (%s)", res.StopSeconds, res.Errors, res.FirstError)
 	return res
 }
