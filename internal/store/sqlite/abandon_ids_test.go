@@ -1,0 +1,91 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// TestAbandonedBatchOfPublishesKeepsIDs: in each of five rounds, twenty
+// publishes form one batch, and one of them publishes and then ends the
+// transaction itself, so that the batch is abandoned and the others run
+// again in a new one (the message ids the lost transaction took are handed
+// out again). The chains and the index hold after each round, and every
+// message of the publishes that succeeded is delivered once.
+func TestAbandonedBatchOfPublishesKeepsIDs(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ctx := context.Background()
+	ws, prod, q := setupQueue(t, s, 3)
+	pub := func(id, story string) *bus.PublishParams {
+		return &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: []bus.PublishMessage{msg(id, story)}, Now: t0}
+	}
+	if _, err := s.MessagePublish(ctx, pub("first", "s0")); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		hold, held := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		go func() {
+			_ = s.w.do(ctx, func(d *dbq) error { once.Do(func() { close(held) }); <-hold; return nil })
+		}()
+		<-held
+		const n = 20
+		var wg, queued sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			queued.Add(1)
+			go func() {
+				defer wg.Done()
+				queued.Done()
+				id := fmt.Sprintf("r%d-%d", round, i)
+				if i == n/2 {
+					errs[i] = s.w.do(ctx, func(d *dbq) error {
+						if _, err := publish(d, &s.routes, pub(id, "s1")); err != nil {
+							return err
+						}
+						_, err := d.exec("ROLLBACK")
+						return err
+					})
+					return
+				}
+				_, errs[i] = s.MessagePublish(ctx, pub(id, fmt.Sprint("s", i%3)))
+			}()
+		}
+		queued.Wait()
+		for len(s.w.ops) < n {
+			time.Sleep(time.Millisecond)
+		}
+		close(hold)
+		wg.Wait()
+		for i, err := range errs {
+			if (i == n/2) != (err != nil) {
+				t.Fatalf("op %d: %v", i, err)
+			}
+		}
+		checkChains(t, s)
+		checkHeads(t, s)
+	}
+	got := 0
+	for {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Deliveries) == 0 {
+			break
+		}
+		got += len(r.Deliveries)
+		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != 1+5*19 {
+		t.Fatalf("delivered %d", got)
+	}
+}
