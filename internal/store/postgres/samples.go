@@ -18,13 +18,7 @@ import (
 // primary key.
 const queueSampleQuery = `INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
 	SELECT c.id, $1, greatest(0, qk.messages - qs.in_flight - qs.delayed), qs.in_flight, qs.delayed, qk.dead_letters
-	FROM connections c
-	CROSS JOIN LATERAL (SELECT coalesce(sum(k.messages), 0)::bigint AS messages,
-			coalesce(sum(k.dead_letters), 0)::bigint AS dead_letters
-		FROM queue_counts k WHERE k.queue_id = c.id) qk
-	CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT s.delayed) AS in_flight,
-			count(*) FILTER (WHERE s.delayed) AS delayed
-		FROM stories s WHERE s.queue_id = c.id AND s.visible_at > $2) qs
+	FROM connections c` + queueTotalsFrom + `
 	WHERE c.kind = 'consumer' AND NOT EXISTS (SELECT 1 FROM queue_samples WHERE at = $1)
 	ON CONFLICT (queue_id, at) DO NOTHING`
 

@@ -30,16 +30,21 @@ import (
 //     join against a scan of every story when few looked out.
 //
 // Every other message of the queue is ready. scanCounts reads them.
-const queueCountFrom = `
+const queueCountFrom = queueTotalsFrom + `
+	LEFT JOIN LATERAL (SELECT m.enqueued_at FROM messages m WHERE m.queue_id >= c.id AND m.queue_id <= c.id
+			AND NOT coalesce((SELECT s.head_seq = m.seq AND s.visible_at > $2 FROM stories s WHERE s.id = m.story_id), false)
+		ORDER BY m.queue_id, m.enqueued_at LIMIT 1) qo ON true`
+
+// queueTotalsFrom joins to each connection c its message and dead-letter
+// counters (qk) and its heads out at $2 (qs: in flight, delayed); the queue
+// samples read these alone.
+const queueTotalsFrom = `
 	CROSS JOIN LATERAL (SELECT coalesce(sum(k.messages), 0)::bigint AS messages,
 			coalesce(sum(k.dead_letters), 0)::bigint AS dead_letters
 		FROM queue_counts k WHERE k.queue_id = c.id) qk
 	CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT s.delayed) AS in_flight,
 			count(*) FILTER (WHERE s.delayed) AS delayed
-		FROM stories s WHERE s.queue_id = c.id AND s.visible_at > $2) qs
-	LEFT JOIN LATERAL (SELECT m.enqueued_at FROM messages m WHERE m.queue_id >= c.id AND m.queue_id <= c.id
-			AND NOT coalesce((SELECT s.head_seq = m.seq AND s.visible_at > $2 FROM stories s WHERE s.id = m.story_id), false)
-		ORDER BY m.queue_id, m.enqueued_at LIMIT 1) qo ON true`
+		FROM stories s WHERE s.queue_id = c.id AND s.visible_at > $2) qs`
 
 // queueCountCols are the columns of queueCountFrom, as scanCounts reads
 // them.
