@@ -21,14 +21,6 @@ import (
 // reader still needs, and the writer starts the WAL over from its beginning
 // at its next commit once everything was copied and no reader is using it.
 //
-// Under a steady load, though, the writer appends frames while the
-// checkpointer copies, so a checkpoint of its own never reaches the WAL's
-// end, and the WAL, never started over, would grow until the load pauses
-// (or fill the disk). So once the checkpointer copied frames, the writer,
-// between two transactions, runs a PASSIVE checkpoint itself: it copies
-// only the frames appended since (the bulk was copied beside it), and its
-// next transaction starts the WAL over.
-//
 // The writer wakes the checkpointer (without ever waiting for it) once it
 // has written ckptPages pages to the WAL since the last wake-up; its ticker
 // wakes it too. The writer keeps its TRUNCATE checkpoint past
@@ -67,9 +59,6 @@ type checkpointer struct {
 	// failed state: after a failed fsync nothing more goes from the WAL to
 	// the database file).
 	halted func() bool
-	// copied is set by a checkpoint that copied frames: the writer then
-	// copies the frames it appended meanwhile (see writer.finishCheckpoint).
-	copied atomic.Bool
 	// ran counts the checkpoints run (tests).
 	ran atomic.Int64
 }
@@ -132,9 +121,6 @@ func (c *checkpointer) loop() {
 				c.log.Warn("sqlite wal checkpoint failed", slog.String("mode", "PASSIVE"), slog.Any("error", interpretError(err)))
 			}
 			continue
-		}
-		if done > 0 {
-			c.copied.Store(true)
 		}
 	}
 }

@@ -205,7 +205,6 @@ func (w *writer) loop() {
 			if !w.wal.noPassive {
 				w.ckpt.wake()
 			}
-			w.finishCheckpoint()
 			w.maybeCheckpoint()
 			w.maybeGrowCache()
 		case <-w.quit:
@@ -377,16 +376,6 @@ func (w *writer) commit(t *txn) {
 	w.heads.commitEnds()
 	w.maybeWakeCheckpointer()
 	w.committed(t.live)
-	w.finishCheckpoint()
-}
-
-// finishCheckpoint copies, after a checkpoint of the checkpointer, the
-// frames appended while it ran, so that the next transaction may start the
-// WAL over (see checkpoint.go).
-func (w *writer) finishCheckpoint() {
-	if w.ckpt.copied.Swap(false) && w.failure() == nil {
-		w.checkpoint("PASSIVE")
-	}
 }
 
 // maybeWakeCheckpointer wakes the checkpointer once the commits since the
