@@ -24,7 +24,7 @@ func TestDepthWALPages(t *testing.T) {
 	for _, sh := range []depthShape{{"empty", 0, 100}, {"shallow", 30000, 3000}, {"deep", 30000, 100}} {
 		ctx := context.Background()
 		path := filepath.Join(t.TempDir(), "d.db")
-		s, err := open(ctx, path, nil, walPolicy{every: time.Hour, limitBytes: 1 << 40, noPassive: true})
+		s, err := open(ctx, path, nil, walPolicy{every: time.Hour, limitBytes: 1 << 40})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,6 @@ type Store struct {
 	wdb  *sql.DB // one connection, owned by w
 	w    *writer
 	rdb  *sql.DB  // read-only pool
-	cdb  *sql.DB  // one connection, the checkpointer's (checkpoint.go)
 	lock *os.File // the exclusive lock on PATH-lock (lockfile.go); nil where there is none
 
 	// routes keeps the compiled routing of recently used workspaces.
@@ -75,9 +74,6 @@ var writePragmas = []string{
 	// 1 KiB messages, with 4 MiB 1 to 2%. The hot pages (the oldest heads
 	// and the newest rows) fit in 8 MiB; the rest comes from the OS cache.
 	"cache_size(-8192)",
-	// No automatic checkpoint inside the writer's COMMIT: the checkpointer
-	// runs them on a connection of its own (checkpoint.go).
-	"wal_autocheckpoint(0)",
 	// Savepoint journals (one per operation of a group commit) in memory:
 	// past 64 KiB SQLite would otherwise spill each to a temporary file.
 	"temp_store(MEMORY)",
@@ -267,36 +263,16 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, interpretError(err))
 	}
 
-	cdb, err := sql.Open("sqlite", dsn(path, commonPragmas, ckptPragmas))
-	if err != nil {
-		_ = rdb.Close()
-		_ = wconn.Close()
-		_ = wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s for checkpoints: %w", path, interpretError(err))
-	}
-	cdb.SetMaxOpenConns(1)
-	cdb.SetMaxIdleConns(1)
-	cdb.SetConnMaxLifetime(0)
-	cdb.SetConnMaxIdleTime(0)
-	if err := cdb.PingContext(ctx); err != nil {
-		_ = cdb.Close()
-		_ = rdb.Close()
-		_ = wconn.Close()
-		_ = wdb.Close()
-		return nil, fmt.Errorf("sqlite: open %s for checkpoints: %w", path, interpretError(err))
-	}
-
 	var raw *rawConn
 	if err := wconn.Raw(func(dc any) (err error) { raw, err = rawHandle(dc); return err }); err != nil {
-		_ = cdb.Close()
 		_ = rdb.Close()
 		_ = wconn.Close()
 		_ = wdb.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 
-	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb, cdb: cdb, lock: lock}
-	s.w = newWriter(wconn, raw, newCheckpointer(cdb, logger), path+"-wal", wal, opts.syncCommits, logger)
+	s := &Store{path: path, log: logger, wdb: wdb, rdb: rdb, lock: lock}
+	s.w = newWriter(wconn, raw, path+"-wal", wal, opts.syncCommits, logger)
 	ok = true
 	return s, nil
 }
@@ -311,7 +287,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.w.stop() // also closes the write connection's statements
-		err := errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close(), s.cdb.Close())
+		err := errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
 		if s.lock != nil {
 			err = errors.Join(err, s.lock.Close()) // releases the lock, last
 		}

@@ -729,18 +729,3 @@ func (w row) Scan(dest ...any) error {
 	}
 	return w.r.Scan(dest...)
 }
-
-// pagesWritten is SQLITE_DBSTATUS_CACHE_WRITE: how many pages the
-// connection has written since it opened (in WAL mode, each a frame
-// appended to the WAL by a commit). It is a 32-bit counter and wraps: use
-// the difference of two readings.
-func (c *rawConn) pagesWritten() (int32, bool) {
-	p, rc := c.grow(8)
-	if rc != sqlite3.SQLITE_OK {
-		return 0, false
-	}
-	if sqlite3.Xsqlite3_db_status(c.tls, c.db, sqlite3.SQLITE_DBSTATUS_CACHE_WRITE, p, p+4, 0) != sqlite3.SQLITE_OK {
-		return 0, false
-	}
-	return *(*int32)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), true //nolint:gosec // G103: C memory, see cbytes
-}

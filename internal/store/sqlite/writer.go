@@ -63,9 +63,6 @@ type op struct {
 type walPolicy struct {
 	every      time.Duration // how often to look at the WAL's size
 	limitBytes int64         // truncate the WAL once it is this big
-	// noPassive: the checkpointer never runs (a diagnostic watches the
-	// WAL grow).
-	noPassive bool
 }
 
 // defaultWAL is the production policy.
@@ -108,11 +105,6 @@ type writer struct {
 	syncerDone  chan struct{}   // closed when the syncer has returned
 	changes     int64           // total_changes() after the last commit
 
-	// ckpt runs the checkpoints (checkpoint.go); the writer wakes it once
-	// it wrote ckptPages pages to the WAL since pagesMark.
-	ckpt      *checkpointer
-	pagesMark int32
-
 	// syncFile fsyncs the file at a path; nil is fsyncFile (tests put a
 	// failing one in its place).
 	syncFile atomic.Pointer[func(path string) error]
@@ -127,9 +119,8 @@ type committed struct {
 	wrote bool // the batch changed rows (else there is nothing to sync)
 }
 
-func newWriter(conn *sql.Conn, raw *rawConn, ckpt *checkpointer, walPath string, wal walPolicy, syncCommits bool, log *slog.Logger) *writer {
+func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, syncCommits bool, log *slog.Logger) *writer {
 	w := &writer{
-		ckpt:        ckpt,
 		wal:         wal,
 		conn:        conn,
 		stmts:       newStmtCache(raw),
@@ -146,8 +137,6 @@ func newWriter(conn *sql.Conn, raw *rawConn, ckpt *checkpointer, walPath string,
 	}
 	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
-	w.pagesMark, _ = raw.pagesWritten()
-	ckpt.start(func() bool { return w.failure() != nil })
 	go w.syncer()
 	go w.loop()
 	return w
@@ -202,9 +191,6 @@ func (w *writer) loop() {
 		case o := <-w.ops:
 			w.group(o)
 		case <-tick.C:
-			if !w.wal.noPassive {
-				w.ckpt.wake()
-			}
 			w.maybeCheckpoint()
 			w.maybeGrowCache()
 		case <-w.quit:
@@ -221,7 +207,6 @@ func (w *writer) loop() {
 					close(w.synced)
 					<-w.syncerDone
 					w.stmts.close()
-					w.ckpt.stop()
 					if w.failure() == nil {
 						w.checkpoint("TRUNCATE") // leave a small WAL behind
 					}
@@ -374,19 +359,7 @@ func (w *writer) commit(t *txn) {
 	}
 	w.heads.publish()
 	w.heads.commitEnds()
-	w.maybeWakeCheckpointer()
 	w.committed(t.live)
-}
-
-// maybeWakeCheckpointer wakes the checkpointer once the commits since the
-// last wake-up wrote ckptPages pages to the WAL.
-func (w *writer) maybeWakeCheckpointer() {
-	n, ok := w.stmts.conn.pagesWritten()
-	if !ok || n-w.pagesMark < ckptPages || w.wal.noPassive {
-		return
-	}
-	w.pagesMark = n
-	w.ckpt.wake()
 }
 
 // committed answers the callers of a committed batch: at once without
