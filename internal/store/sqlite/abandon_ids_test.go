@@ -71,21 +71,29 @@ func TestAbandonedBatchOfPublishesKeepsIDs(t *testing.T) {
 		checkChains(t, s)
 		checkHeads(t, s)
 	}
+	got := drainQueue(t, s, q, t0)
+	if got != 1+5*19 {
+		t.Fatalf("delivered %d", got)
+	}
+}
+
+// drainQueue receives and acknowledges everything queue q holds at now and
+// returns how many messages that was.
+func drainQueue(t *testing.T, s *Store, q string, now time.Time) int {
+	t.Helper()
+	ctx := context.Background()
 	got := 0
 	for {
-		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0})
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(r.Deliveries) == 0 {
-			break
+			return got
 		}
 		got += len(r.Deliveries)
-		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0}); err != nil {
+		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: now}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if got != 1+5*19 {
-		t.Fatalf("delivered %d", got)
 	}
 }

@@ -68,20 +68,7 @@ func TestDiskFullPublishes(t *testing.T) {
 	}
 	checkChains(t, s)
 	checkHeads(t, s)
-	got := 0
-	for {
-		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: 1e9, Now: t0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Deliveries) == 0 {
-			break
-		}
-		got += len(r.Deliveries)
-		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	got := drainQueue(t, s, q, t0)
 	if got != ok+20 {
 		t.Fatalf("delivered %d, want %d", got, ok+20)
 	}
