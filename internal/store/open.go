@@ -49,8 +49,7 @@ func ParseSpec(spec string) (Spec, error) {
 		return Spec{Kind: KindSQLite, Path: path, Target: target}, nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		if _, err := pgxpool.ParseConfig(spec); err != nil {
-			// pgx writes the URL into its errors with the password masked.
-			return Spec{}, fmt.Errorf("postgres: parse url: %w", err)
+			return Spec{}, fmt.Errorf("postgres: parse url: %w", maskedParseError(spec, err))
 		}
 		return Spec{Kind: KindPostgres, Target: spec}, nil
 	}
@@ -76,4 +75,32 @@ func Open(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error)
 		return nil, err
 	}
 	return st, nil
+}
+
+// maskedParseError is the refusal of a PostgreSQL URL that does not parse,
+// without its password. pgx masks the password it finds, but a URL that
+// does not parse may quote it in the parser's own words (a password with a
+// space, say). So when the URL holds a password's place (what stands
+// between the first ":" and the last "@" of its authority), the refusal is
+// that of the same URL with the password masked, or, if that one parses,
+// a sentence saying the user information is malformed.
+func maskedParseError(spec string, err error) error {
+	scheme := strings.Index(spec, "://")
+	authority := spec[scheme+3:]
+	if j := strings.IndexAny(authority, "/?#"); j >= 0 {
+		authority = authority[:j]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return err
+	}
+	user, _, ok := strings.Cut(authority[:at], ":")
+	if !ok {
+		return err
+	}
+	masked := spec[:scheme+3] + user + ":xxxxxx" + spec[scheme+3+at:]
+	if _, merr := pgxpool.ParseConfig(masked); merr != nil {
+		return merr
+	}
+	return errors.New("the user name or password is malformed (percent-encode reserved characters and spaces, as %20)")
 }
