@@ -113,27 +113,19 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("postgres: database schema %q is at version %d but this sombus knows only up to %d: run a newer sombus", *schema, current, len(all))
 	}
 	for _, m := range all[current:] {
-		apply := func() error {
-			return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, m.sql); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
-				return err
-			})
-		}
 		// A migration that locks tables the other nodes write (0008 locks
 		// messages and dead_letters) can deadlock with a transaction that
 		// writes them in the other order; the database then ends one of
-		// the two. The migration's transaction is run again.
-		err := apply()
-		for attempt := 1; err != nil && attempt < maxAttempts && isRetryable(err) && ctx.Err() == nil; attempt++ {
-			s.logger.WarnContext(ctx, "postgres: retrying migration", "name", m.name, "attempt", attempt, "err", err)
-			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
-			err = apply()
-		}
+		// the two, and runOn runs the migration's transaction again.
+		err := s.runOn(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("postgres: migration %s: %w", m.name, interpretError(err))
+			return fmt.Errorf("postgres: migration %s: %w", m.name, err)
 		}
 		s.logger.InfoContext(ctx, "postgres: applied migration", "version", m.version, "name", m.name, "schema", *schema)
 	}

@@ -156,8 +156,16 @@ func txOptions(readOnly bool) pgx.TxOptions {
 // run runs fn in a transaction, again from the start when it fails with a
 // deadlock or serialization failure, and maps the final error once.
 func (s *Store) run(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
+	return s.runOn(ctx, s.pool, txOptions(readOnly), fn)
+}
+
+// runOn is run on db (the pool, or a connection of its own such as the
+// migration's) with the transaction options opts.
+func (s *Store) runOn(ctx context.Context, db interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, s.pool, txOptions(readOnly), fn)
+		err := pgx.BeginTxFunc(ctx, db, opts, fn)
 		if err == nil {
 			return nil
 		}
