@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,28 +386,9 @@ func BenchmarkDepthDrain(b *testing.B) {
 			b.ResetTimer()
 			defer profileTimed(b)()
 			cpu0 := cpuTime()
-			var taken atomic.Int64
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now})
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					hs := make([]bus.Handle, len(r.Deliveries))
-					for i, d := range r.Deliveries {
-						hs[i] = d.Handle
-					}
-					if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: now}); err != nil {
-						b.Error(err)
-						return
-					}
-					taken.Add(int64(len(hs)))
-				}
-			})
-			reportCPU(b, cpu0, int(taken.Load()))
-			b.ReportMetric(float64(taken.Load())/b.Elapsed().Seconds(), "msg/s")
+			taken := drainParallel(b, s, q, now)
+			reportCPU(b, cpu0, taken)
+			b.ReportMetric(float64(taken)/b.Elapsed().Seconds(), "msg/s")
 		})
 	}
 }
