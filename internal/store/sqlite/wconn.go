@@ -470,15 +470,29 @@ func (s *wstmt) blob(i int) []byte {
 }
 
 // convertValue stores a column's value v (nil, int64, float64, string or
-// []byte) in dest, for the destinations column does not read directly.
+// []byte) in dest: every value the read path reads (database/sql reads it
+// into an any), and the writer's values that column does not read
+// directly.
 func convertValue(i int, v any, dest any) error {
-	if sc, ok := dest.(sql.Scanner); ok {
-		return sc.Scan(v)
-	}
 	switch d := dest.(type) {
 	case *any:
 		*d = v
 		return nil
+	case *int64:
+		if x, ok := v.(int64); ok {
+			*d = x
+			return nil
+		}
+	case *int:
+		if x, ok := v.(int64); ok {
+			*d = int(x)
+			return nil
+		}
+	case *bool:
+		if x, ok := v.(int64); ok {
+			*d = x != 0
+			return nil
+		}
 	case *float64:
 		switch x := v.(type) {
 		case float64:
@@ -488,6 +502,35 @@ func convertValue(i int, v any, dest any) error {
 			*d = float64(x)
 			return nil
 		}
+	case *string:
+		switch x := v.(type) {
+		case string:
+			*d = x
+			return nil
+		case []byte:
+			*d = string(x)
+			return nil
+		case int64:
+			*d = strconv.FormatInt(x, 10)
+			return nil
+		}
+	case *[]byte:
+		switch x := v.(type) {
+		case nil:
+			*d = nil
+			return nil
+		case []byte:
+			*d = x
+			return nil
+		case string:
+			*d = []byte(x)
+			return nil
+		}
+	}
+	if sc, ok := dest.(sql.Scanner); ok {
+		return sc.Scan(v)
+	}
+	switch d := dest.(type) {
 	case *int64, *int, *bool:
 		if s, ok := v.(string); ok {
 			n, err := strconv.ParseInt(s, 10, 64)
@@ -611,78 +654,11 @@ func (r *rows) scanRead(dest []any) error {
 		return err
 	}
 	for i, d := range dest {
-		if err := assignValue(i, r.vals[i], d); err != nil {
+		if err := convertValue(i, r.vals[i], hide(d)); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// assignValue stores a value database/sql read (into an any) in dest.
-func assignValue(i int, v any, dest any) error {
-	switch d := dest.(type) {
-	case *int64:
-		if x, ok := v.(int64); ok {
-			*d = x
-			return nil
-		}
-	case *int:
-		if x, ok := v.(int64); ok {
-			*d = int(x)
-			return nil
-		}
-	case *bool:
-		if x, ok := v.(int64); ok {
-			*d = x != 0
-			return nil
-		}
-	case *string:
-		switch x := v.(type) {
-		case string:
-			*d = x
-			return nil
-		case []byte:
-			*d = string(x)
-			return nil
-		case int64:
-			*d = strconv.FormatInt(x, 10)
-			return nil
-		}
-	case *[]byte:
-		switch x := v.(type) {
-		case nil:
-			*d = nil
-			return nil
-		case []byte:
-			*d = x
-			return nil
-		case string:
-			*d = []byte(x)
-			return nil
-		}
-	case *sql.NullInt64:
-		switch x := v.(type) {
-		case nil:
-			*d = sql.NullInt64{}
-			return nil
-		case int64:
-			*d = sql.NullInt64{Int64: x, Valid: true}
-			return nil
-		}
-	case *sql.NullString:
-		switch x := v.(type) {
-		case nil:
-			*d = sql.NullString{}
-			return nil
-		case string:
-			*d = sql.NullString{String: x, Valid: true}
-			return nil
-		case []byte:
-			*d = sql.NullString{String: string(x), Valid: true}
-			return nil
-		}
-	}
-	return convertValue(i, v, hide(dest))
 }
 
 // Err is the error that ended Next, if any.
