@@ -420,6 +420,12 @@ func BenchmarkWakeUp(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// reportLatency reports the median and 99th percentile of lat (sorted in
+// place) as p50-ms and p99-ms.
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	pct := func(q float64) float64 {
 		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -55,12 +54,7 @@ func BenchmarkPublishConsumers(b *testing.B) {
 					publish(i)
 					lat = append(lat, time.Since(t0))
 				}
-				slices.Sort(lat)
-				pct := func(q float64) float64 {
-					return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
-				}
-				b.ReportMetric(pct(0.50), "p50-ms")
-				b.ReportMetric(pct(0.99), "p99-ms")
+				reportLatency(b, lat)
 				if len(nodes) == 2 {
 					b.StopTimer()
 					routeAcross(b, nodes[0], nodes[1], p)

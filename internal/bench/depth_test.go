@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -89,12 +88,7 @@ func BenchmarkConnectionReadDepth(b *testing.B) {
 					read()
 					lat = append(lat, time.Since(t0))
 				}
-				slices.Sort(lat)
-				pct := func(q float64) float64 {
-					return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
-				}
-				b.ReportMetric(pct(0.50), "p50-ms")
-				b.ReportMetric(pct(0.99), "p99-ms")
+				reportLatency(b, lat)
 			})
 		}
 	}
