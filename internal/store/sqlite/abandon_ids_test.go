@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,41 +27,27 @@ func TestAbandonedBatchOfPublishesKeepsIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 5 {
-		hold, held := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		go func() {
-			_ = s.w.do(ctx, func(d *dbq) error { once.Do(func() { close(held) }); <-hold; return nil })
-		}()
-		<-held
 		const n = 20
-		var wg, queued sync.WaitGroup
-		errs := make([]error, n)
+		ops := make([]func() error, n)
 		for i := range n {
-			wg.Add(1)
-			queued.Add(1)
-			go func() {
-				defer wg.Done()
-				queued.Done()
-				id := fmt.Sprintf("r%d-%d", round, i)
-				if i == n/2 {
-					errs[i] = s.w.do(ctx, func(d *dbq) error {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			ops[i] = func() error {
+				_, err := s.MessagePublish(ctx, pub(id, fmt.Sprint("s", i%3)))
+				return err
+			}
+			if i == n/2 {
+				ops[i] = func() error {
+					return s.w.do(ctx, func(d *dbq) error {
 						if _, err := publish(d, &s.routes, pub(id, "s1")); err != nil {
 							return err
 						}
 						_, err := d.exec("ROLLBACK")
 						return err
 					})
-					return
 				}
-				_, errs[i] = s.MessagePublish(ctx, pub(id, fmt.Sprint("s", i%3)))
-			}()
+			}
 		}
-		queued.Wait()
-		for len(s.w.ops) < n {
-			time.Sleep(time.Millisecond)
-		}
-		close(hold)
-		wg.Wait()
+		errs := inOneBatch(s, ops)
 		for i, err := range errs {
 			if (i == n/2) != (err != nil) {
 				t.Fatalf("op %d: %v", i, err)

@@ -520,43 +520,24 @@ func TestAbandonedBatchRerunsTheOthers(t *testing.T) {
 	t.Parallel()
 	s := openTemp(t)
 	ctx := context.Background()
-	// Hold the writer inside an operation so that the next ones queue up
-	// and form one batch.
-	// It may share the transaction that is lost, and then runs again.
-	hold, held := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	go func() {
-		_ = s.w.do(ctx, func(d *dbq) error { once.Do(func() { close(held) }); <-hold; return nil })
-	}()
-	<-held
+	// Operations that form one batch, one of which ends the transaction:
+	// the others may share the transaction that is lost, and then run again.
 	const n = 20
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	var queued sync.WaitGroup
+	ops := make([]func() error, n)
 	for i := range n {
-		wg.Add(1)
-		queued.Add(1)
-		go func() {
-			defer wg.Done()
-			queued.Done()
-			if i == n/2 {
-				errs[i] = s.w.do(ctx, func(d *dbq) error {
-					_, err := d.exec("ROLLBACK") // the transaction is gone
-					return err
-				})
-				return
-			}
-			errs[i] = s.Update(ctx, func(tx bus.Tx) error {
+		ops[i] = func() error {
+			return s.Update(ctx, func(tx bus.Tx) error {
 				return tx.WorkspaceCreate(bus.Workspace{ID: fmt.Sprintf("w%02d", i), Name: "x", CreatedAt: t0})
 			})
-		}()
+		}
 	}
-	queued.Wait()
-	for len(s.w.ops) < n { // every operation is waiting in the queue
-		time.Sleep(time.Millisecond)
+	ops[n/2] = func() error {
+		return s.w.do(ctx, func(d *dbq) error {
+			_, err := d.exec("ROLLBACK") // the transaction is gone
+			return err
+		})
 	}
-	close(hold)
-	wg.Wait()
+	errs := inOneBatch(s, ops)
 	for i, err := range errs {
 		if i == n/2 {
 			if err == nil {
@@ -607,4 +588,32 @@ func TestStoreParameters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// inOneBatch runs ops at once while the writer is held inside an
+// operation, so that they queue up and form one batch when it lets go, and
+// returns their errors.
+func inOneBatch(s *Store, ops []func() error) []error {
+	ctx := context.Background()
+	hold, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	go func() {
+		_ = s.w.do(ctx, func(d *dbq) error { once.Do(func() { close(held) }); <-hold; return nil })
+	}()
+	<-held
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	for i, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = op()
+		}()
+	}
+	for len(s.w.ops) < len(ops) { // every operation is waiting in the queue
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+	return errs
 }
