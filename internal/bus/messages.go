@@ -101,6 +101,76 @@ func (s *Service) Receive(ctx context.Context, r ReceiveRequest) ([]Delivery, er
 	}
 }
 
+// Waiting is a long poll that waits without a goroutine of its own (see
+// ReceiveOrWait). Its methods are not safe for concurrent use: its owner
+// calls them one at a time.
+type Waiting struct {
+	s      *Service
+	r      ReceiveRequest
+	wake   func()
+	cancel func() bool
+	ended  bool
+}
+
+// ReceiveOrWait is Receive for a caller that waits on its own, with no
+// goroutine blocked meanwhile. It looks once, as Receive does; when nothing
+// is ready and the request may wait it returns a *Waiting registered for
+// the queue's wake-ups: wake is called (on the waker's goroutine; it must
+// not block) once for each wake-up that picks this poll, after which the
+// owner calls Look, or End when it stops waiting (its deadline, its client
+// gone, the server stopping). The answer is then empty.
+func (s *Service) ReceiveOrWait(ctx context.Context, r ReceiveRequest, wake func()) ([]Delivery, *Waiting, error) {
+	cancel := s.notifier.WaitFunc(r.QueueID, wake)
+	ds, done, err := s.look(ctx, &r, cancel)
+	if done {
+		return ds, nil, err
+	}
+	if r.Wait <= 0 {
+		s.passOn(r.QueueID, cancel)
+		return nil, nil, nil
+	}
+	s.metrics.LongPollWaiting(1)
+	return nil, &Waiting{s: s, r: r, wake: wake, cancel: cancel}, nil
+}
+
+// Look looks at the store again after a wake-up: done with the answer
+// (messages, none because the server is stopping, or an error), not done
+// when nothing was ready, the poll registered again for the next wake-up.
+func (w *Waiting) Look(ctx context.Context) (ds []Delivery, done bool, err error) {
+	if w.ended {
+		return nil, true, nil
+	}
+	select {
+	case <-w.s.stopping:
+		w.End()
+		return nil, true, nil
+	default:
+	}
+	// The wake-up that picked this poll took it off the queue's waiters
+	// (cancel is then a no-op; this look consumes the wake-up): register
+	// again before looking, so that a publish landing between the look and
+	// the next wait is not missed.
+	w.cancel()
+	w.cancel = w.s.notifier.WaitFunc(w.r.QueueID, w.wake)
+	ds, done, err = w.s.look(ctx, &w.r, w.cancel)
+	if done {
+		w.ended = true
+		w.s.metrics.LongPollWaiting(-1)
+	}
+	return ds, done, err
+}
+
+// End stops the wait; a wake-up that had picked this poll meanwhile goes
+// to the queue's next waiter.
+func (w *Waiting) End() {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	w.s.passOn(w.r.QueueID, w.cancel)
+	w.s.metrics.LongPollWaiting(-1)
+}
+
 // look is one look of Receive at the store, its waiter registered: done
 // when it has the answer (messages, none, or an error), not done when
 // nothing was ready and Receive should wait. It is a function of its own

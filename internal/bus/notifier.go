@@ -24,8 +24,23 @@ const WakeAll = int(^uint(0) >> 1)
 // reading the store in between.
 type Notifier struct {
 	mu      sync.Mutex
-	waiters map[string][]chan struct{}
+	waiters map[string][]*waiter
 	timers  map[string]*wakeTimer
+}
+
+// waiter is one registered wait: a channel closed at the wake-up (Wait), or
+// a function called for it (WaitFunc).
+type waiter struct {
+	ch chan struct{}
+	fn func()
+}
+
+func (w *waiter) wake() {
+	if w.fn != nil {
+		w.fn()
+		return
+	}
+	close(w.ch)
 }
 
 // wakeTimer is a queue's pending WakeAfter.
@@ -36,7 +51,7 @@ type wakeTimer struct {
 
 // NewNotifier returns an empty notifier.
 func NewNotifier() *Notifier {
-	return &Notifier{waiters: make(map[string][]chan struct{}), timers: make(map[string]*wakeTimer)}
+	return &Notifier{waiters: make(map[string][]*waiter), timers: make(map[string]*wakeTimer)}
 }
 
 // WakeAfter wakes one waiter of queueID d from now, when a message of it
@@ -81,16 +96,28 @@ func (n *Notifier) Stop() {
 // picks this waiter; cancel deregisters it (call it when done waiting) and
 // reports whether the waiter had been woken meanwhile.
 func (n *Notifier) Wait(queueID string) (woken <-chan struct{}, cancel func() (wasWoken bool)) {
-	ch := make(chan struct{})
+	w := &waiter{ch: make(chan struct{})}
+	return w.ch, n.register(queueID, w)
+}
+
+// WaitFunc registers a waiter of queueID that is a function: a Notify that
+// picks it calls wake, on the notifying goroutine and without blocking it
+// (wake must not block or call back into the notifier). It is for waits
+// that hold no goroutine; cancel is as Wait's.
+func (n *Notifier) WaitFunc(queueID string, wake func()) (cancel func() (wasWoken bool)) {
+	return n.register(queueID, &waiter{fn: wake})
+}
+
+func (n *Notifier) register(queueID string, w *waiter) (cancel func() bool) {
 	n.mu.Lock()
-	n.waiters[queueID] = append(n.waiters[queueID], ch)
+	n.waiters[queueID] = append(n.waiters[queueID], w)
 	n.mu.Unlock()
-	return ch, func() bool {
+	return func() bool {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		ws := n.waiters[queueID]
-		for i, w := range ws {
-			if w == ch {
+		for i, x := range ws {
+			if x == w {
 				ws = append(ws[:i:i], ws[i+1:]...)
 				if len(ws) == 0 {
 					delete(n.waiters, queueID)
@@ -121,8 +148,8 @@ func (n *Notifier) Notify(queueID string, count int) {
 		n.waiters[queueID] = ws[k:]
 	}
 	n.mu.Unlock()
-	for _, ch := range picked {
-		close(ch)
+	for _, w := range picked {
+		w.wake()
 	}
 }
 
@@ -130,11 +157,11 @@ func (n *Notifier) Notify(queueID string, count int) {
 func (n *Notifier) WakeEveryone() {
 	n.mu.Lock()
 	all := n.waiters
-	n.waiters = make(map[string][]chan struct{})
+	n.waiters = make(map[string][]*waiter)
 	n.mu.Unlock()
 	for _, ws := range all {
-		for _, ch := range ws {
-			close(ch)
+		for _, w := range ws {
+			w.wake()
 		}
 	}
 }
