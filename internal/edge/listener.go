@@ -99,6 +99,10 @@ type countedConn struct {
 	release func()
 }
 
+// NetConn is the connection counted (as tls.Conn's NetConn): the server
+// watches its file descriptor while a long poll waits on it.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)

@@ -37,6 +37,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	route  *routeMetrics
+	start  time.Time
+	parked bool // a long poll that answers later, off the handler (see parked)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -56,30 +59,46 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (m *metrics) instrument(route string, h http.Handler) http.Handler {
-	// The route's series are looked up once, not per request (a lookup by
-	// label values allocates); requests by status are cached as they come.
-	duration := m.duration.WithLabelValues(route)
-	var byStatus [600]atomic.Pointer[prometheus.Counter] // by status code
-	counter := func(status int) prometheus.Counter {
-		if status < 0 || status >= len(byStatus) {
-			return m.requests.WithLabelValues(route, strconv.Itoa(status))
-		}
-		if c := byStatus[status].Load(); c != nil {
-			return *c
-		}
-		c := m.requests.WithLabelValues(route, strconv.Itoa(status))
-		byStatus[status].Store(&c)
-		return c
+// routeMetrics are one route's series.
+type routeMetrics struct {
+	requests *prometheus.CounterVec
+	route    string
+	duration prometheus.Observer
+	byStatus [600]atomic.Pointer[prometheus.Counter] // by status code
+}
+
+// counter is the route's request counter of status. The route's series
+// are looked up once, not per request (a lookup by label values
+// allocates); requests by status are cached as they come.
+func (m *routeMetrics) counter(status int) prometheus.Counter {
+	if status < 0 || status >= len(m.byStatus) {
+		return m.requests.WithLabelValues(m.route, strconv.Itoa(status))
 	}
+	if c := m.byStatus[status].Load(); c != nil {
+		return *c
+	}
+	c := m.requests.WithLabelValues(m.route, strconv.Itoa(status))
+	m.byStatus[status].Store(&c)
+	return c
+}
+
+// done counts a request that started at start and was answered status.
+func (m *routeMetrics) done(status int, start time.Time) {
+	m.counter(status).Inc()
+	m.duration.Observe(time.Since(start).Seconds())
+}
+
+func (m *metrics) instrument(route string, h http.Handler) http.Handler {
+	rm := &routeMetrics{requests: m.requests, route: route, duration: m.duration.WithLabelValues(route)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, route: rm, start: time.Now()}
 		h.ServeHTTP(sw, r)
+		if sw.parked {
+			return // counted when it is answered
+		}
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		counter(sw.status).Inc()
-		duration.Observe(time.Since(start).Seconds())
+		rm.done(sw.status, sw.start)
 	})
 }

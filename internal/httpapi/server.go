@@ -48,6 +48,9 @@ type Config struct {
 	// PublicURL is the node's --public-url, named as the server of the
 	// OpenAPI document it serves.
 	PublicURL string
+	// Parking, when set, lets long polls over HTTP/1.1 wait without a
+	// goroutine (see Parking); the server's listener must be its Listen.
+	Parking *Parking
 }
 
 // Server is the HTTP API.

@@ -249,6 +249,11 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if req.Wait > 0 && s.cfg.Parking != nil {
+		if handled, err := s.receiveParked(w, r, req, release); handled {
+			return err
+		}
+	}
 	defer release()
 	ds, err := s.svc.Receive(r.Context(), req)
 	if err != nil {
