@@ -94,6 +94,9 @@ const (
 	// this leaves room for a slow store and a slow reader; a client that
 	// never reads its answer frees its connection when it runs out.
 	writeTimeout = 2 * time.Minute
+	// idleTimeout is how long a kept-alive connection may wait for its
+	// next request.
+	idleTimeout = 120 * time.Second
 )
 
 // Server is a running node.
@@ -102,6 +105,7 @@ type Server struct {
 	store    bus.Store
 	svc      *bus.Service
 	api      *httpapi.Server
+	parking  *httpapi.Parking
 	checker  *auth.Checker
 	http     *http.Server
 	ln       net.Listener
@@ -178,6 +182,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	var cert tls.Certificate
+	if cfg.TLSCert != "" {
+		var err error
+		if cert, err = tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, fmt.Errorf("--tls-cert and --tls-key: %w", err)
+		}
 	}
 	if cfg.HeaderTimeout == 0 {
 		cfg.HeaderTimeout = DefaultHeaderTimeout
@@ -302,7 +313,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if st, ok := opened.(FailureLimiterStore); ok {
 		failures = st.TokenFailureLimiter(cfg.Clock)
 	}
+	// Long polls over HTTP/1.1 wait without a goroutine; answered, their
+	// connections wait for the next request as kept-alive ones do.
+	s.parking = httpapi.NewParking(idleTimeout, log)
 	s.api = httpapi.New(httpapi.Config{
+		Parking: s.parking,
 		Service: s.svc, Signer: signer, Checker: s.checker,
 		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, failures),
 		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg, PublicURL: cfg.PublicURL,
@@ -337,7 +352,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Handler:           edge.Handler(web.Wrap(s.api), proxies, cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		WriteTimeout:      writeTimeout,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	s.svc.Start()
@@ -349,11 +364,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.servePprof(pln)
 	}
 	if cfg.TLSCert != "" {
-		// HTTP/2 is negotiated by ALPN; ServeTLS enables it by default.
-		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		go func() { s.serveErr <- s.http.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey) }()
+		// HTTP/2 is negotiated by ALPN; Serve enables it for a TLS
+		// configuration that offers h2. The TLS listener is inside the
+		// parking one, so that a connection parking hands back (already
+		// past its handshake) is served as it is.
+		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}, Certificates: []tls.Certificate{cert}}
+		tln := s.parking.Listen(tls.NewListener(ln, s.http.TLSConfig))
+		go func() { s.serveErr <- s.http.Serve(tln) }()
 	} else {
-		go func() { s.serveErr <- s.http.Serve(ln) }()
+		pln := s.parking.Listen(ln)
+		go func() { s.serveErr <- s.http.Serve(pln) }()
 	}
 	ok = true
 	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", redactStore(cfg.Store), "environment", cfg.Environment)
@@ -382,7 +402,7 @@ func (s *Server) serveMetrics(ln net.Listener) {
 		Handler:           mux,
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		WriteTimeout:      writeTimeout,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.MetricsURL = "http://" + ln.Addr().String()
@@ -537,6 +557,10 @@ func (s *Server) Close() error {
 	}
 	if s.pprof != nil {
 		_ = s.pprof.Close()
+	}
+	// Parked long polls answer empty and close, as waiting ones do.
+	if perr := s.parking.Close(ctx); perr != nil {
+		s.log.Warn("parked long polls not all answered within the shutdown grace", "err", perr)
 	}
 	err := s.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
