@@ -203,8 +203,8 @@ type parkedConn struct {
 	fd   int    // -1: not watched
 	id   uint64 // in the watcher
 
-	mu       sync.Mutex
-	pending  uint8
+	mu         sync.Mutex
+	pending    uint8
 	running    bool // a goroutine handles events (or the handler still sets up)
 	finished   bool
 	registered bool // counted by Parking (Close waits for it)
