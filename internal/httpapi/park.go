@@ -190,8 +190,9 @@ const (
 // parkLookTimeout bounds one look at the store for a parked poll.
 const parkLookTimeout = 30 * time.Second
 
-// parkWriteTimeout bounds writing a parked poll's answer.
-const parkWriteTimeout = 10 * time.Second
+// parkWriteTimeout bounds writing a parked poll's answer (as the HTTP
+// server's write timeout bounds the others').
+const parkWriteTimeout = 2 * time.Minute
 
 // parkedConn is a connection taken from the HTTP server: a parked poll,
 // then (answered) a connection waiting for its next request. Its events
@@ -337,13 +338,11 @@ func (c *parkedConn) stepPoll(ev uint8) {
 	}
 	if ev&evReadable != 0 {
 		switch c.peek() {
-		case peekGone:
-			// As a handler whose client went away: nothing is taken for it.
-			c.wait.End()
-			c.endPoll(http.StatusOK)
-			c.finish()
-			return
-		case peekData:
+		case peekGone, peekData:
+			// The client went away (or closed its side), or sent another
+			// request before this one's answer: nothing is taken for it;
+			// it is answered empty, as a handler whose client went away
+			// is, and its connection closed.
 			c.wait.End()
 			c.closeAfter = true
 			c.answer(nil, nil)

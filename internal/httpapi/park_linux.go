@@ -17,6 +17,7 @@ type watcher struct {
 	next   uint64
 	conns  map[uint64]*parkedConn
 	closed bool // the set is closed: its descriptor number may be another's
+	stop   sync.Once
 }
 
 // watchEvents: readable, or the peer closed its side.
@@ -119,7 +120,7 @@ func (w *watcher) run() {
 
 // close stops the reading goroutine, which closes the set.
 func (w *watcher) close() {
-	_, _ = syscall.Write(w.pipe[1], []byte{0})
+	w.stop.Do(func() { _, _ = syscall.Write(w.pipe[1], []byte{0}) })
 }
 
 func (w *watcher) closeFDs() {

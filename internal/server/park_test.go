@@ -7,11 +7,13 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -240,5 +242,65 @@ func TestParkedPollsAnswerAtShutdown(t *testing.T) {
 	<-done
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("shutdown with a parked poll took %v", took)
+	}
+}
+
+// Over TLS a parked poll's connection is served again past its handshake;
+// over HTTP/2 polls wait in their handlers as before.
+func TestParkedPollOverTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	srv, err := server.New(context.Background(), server.Config{
+		Listen: "127.0.0.1:0", Store: "sqlite:" + filepath.Join(servertest.TempDir(t), "s.db"),
+		TLSCert: certFile, TLSKey: keyFile, BootstrapKey: servertest.BootstrapKey, ShutdownGrace: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxConnsPerHost: 1, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	other := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	n := &servertest.Node{T: t, Server: srv, URL: srv.URL, Clock: bus.SystemClock{}, HTTP: &http.Client{Transport: other, Timeout: 30 * time.Second}}
+	t.Cleanup(n.Close)
+	p := n.NewPair(nil)
+	for _, tc := range []struct {
+		name  string
+		tr    *http.Transport
+		proto int
+	}{{"HTTP/1.1", h1, 1}, {"HTTP/2", h2, 2}} {
+		c := &http.Client{Transport: tc.tr, Timeout: 30 * time.Second}
+		var conns []net.Conn
+		poll := func(wait int) string {
+			t.Helper()
+			req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/tenants/%s/consumers/%s/messages?max=10&wait=%d", srv.URL, p.WS, p.Consumer, wait), nil)
+			req.Header.Set("Authorization", "Bearer "+p.ConsumTok)
+			req = req.WithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) },
+			}))
+			res, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			defer res.Body.Close()
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != 200 || res.ProtoMajor != tc.proto {
+				t.Fatalf("%s: %s %d %q", tc.name, res.Proto, res.StatusCode, body)
+			}
+			return string(body)
+		}
+		if body := poll(1); !strings.Contains(body, `"messages":[]`) {
+			t.Fatalf("%s: empty poll %q", tc.name, body)
+		}
+		id := "tls-" + strconv.Itoa(tc.proto)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			n.Publish(p, servertest.Envelope(id, "story-"+id, nil)).Must(t, 202)
+		}()
+		if body := poll(10); !strings.Contains(body, `"`+id+`"`) {
+			t.Fatalf("%s: woken poll %q", tc.name, body)
+		}
+		if len(conns) != 2 || conns[0] != conns[1] {
+			t.Fatalf("%s: the polls came on %d connections; want one, served again", tc.name, len(conns))
+		}
+		tc.tr.CloseIdleConnections()
 	}
 }

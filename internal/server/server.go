@@ -254,6 +254,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			if s.store != nil {
 				_ = s.store.Close()
 			}
+			_ = s.parking.Close(context.Background())
 		}
 	}()
 	s.store, err = store.Open(ctx, cfg.Store, log)
