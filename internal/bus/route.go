@@ -185,6 +185,17 @@ func (c *RouteCache) Get(workspaceID string, version int64) *Router {
 	return nil
 }
 
+// Latest returns the router kept for workspace and the routing version it
+// was built at, whichever that is; ok is false when none is kept. A caller
+// that uses it must check, in the same statement as its writes, that the
+// workspace is still at that version.
+func (c *RouteCache) Latest(workspaceID string) (r *Router, version int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[workspaceID]
+	return e.router, e.version, ok
+}
+
 // Put keeps r as the router of workspace at version, in place of any
 // other, dropping routers of other workspaces while the cache holds more
 // subscriptions than its bound.

@@ -140,7 +140,13 @@ func TestRouteCache(t *testing.T) {
 	if c.Get("w", 1) != nil {
 		t.Fatal("Get on an empty cache found a router")
 	}
+	if _, _, ok := c.Latest("w"); ok {
+		t.Fatal("Latest on an empty cache found a router")
+	}
 	c.Put("w", 1, r1)
+	if r, v, ok := c.Latest("w"); !ok || r != r1 || v != 1 {
+		t.Fatalf("Latest(w) = %p, %d, %v; want r1, 1, true", r, v, ok)
+	}
 	if c.Get("w", 1) != r1 {
 		t.Fatal("Get(w, 1) after Put(w, 1) did not find it")
 	}
@@ -150,6 +156,9 @@ func TestRouteCache(t *testing.T) {
 	c.Put("w", 2, r2)
 	if c.Get("w", 1) != nil || c.Get("w", 2) != r2 {
 		t.Fatal("Put of a new version did not replace the old")
+	}
+	if r, v, _ := c.Latest("w"); r != r2 || v != 2 {
+		t.Fatal("Latest did not follow the new version")
 	}
 	if c.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", c.Len())

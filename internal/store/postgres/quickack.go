@@ -11,52 +11,47 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// The statements of quickAck after the lock. Each one finds the handles
-// that acknowledge a live head by itself, by joining the handles
-// ($1 story ids, $2 seqs, $3 nonces) with the story rows this transaction
-// locked (queue $4, head and nonce as in the handle), so the pipeline
-// needs no answer from the lock before it goes on. They run in this order:
-// the ack records and the message delete while the stories still show the
-// acknowledged heads; then the advance, in a later statement than the
-// delete and the lock, so it sees the story's remaining messages, every
-// one committed before the lock included; then the delete of the stories
-// left with no message, which still show their acknowledged heads (an
-// advanced story shows another head; and NOT EXISTS keeps every story that
-// has a message whatever it shows).
+// quickAckSQL is quickAck's one statement after the lock. It finds the
+// handles that acknowledge a live head by itself (v), by joining the
+// handles ($1 story ids, $2 seqs, $3 nonces) with the story rows this
+// transaction locked (queue $4, head and nonce as in the handle), so the
+// pipeline needs no answer from the lock before it goes on. For each of
+// them, in one snapshot, taken after the lock (so every message committed
+// before the lock is in it): the ack record; the delete of the
+// acknowledged message; the story's next message (nxt: its lowest seq
+// other than the acknowledged head's), to which the story advances; and
+// the delete of the story when it has none. The advance and the story
+// delete touch different rows, as do the other parts; none reads what
+// another writes.
 //
 // The queue test is written so that no index can serve it, as in
 // lockStoriesSQL: the stories come by stories_pkey alone. Given
 // s.queue_id = $4 the planner ANDs a bitmap of the queue's whole part of
 // stories_ready (every entry, live or dead, about 1,150 on the drain
-// benchmark) with the ids' bitmap, in each of these four statements.
-const (
-	quickAckRecords = `INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
-		SELECT $4, h.sid, h.seq, h.nonce, $5
-		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
-		JOIN stories s ON s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id || '' = $4
-		WHERE s.id = ANY($1)
-		ON CONFLICT (queue_id, story_id, seq) DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at`
-	quickAckDelete = `DELETE FROM messages m
-		USING unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce), stories s
-		WHERE m.story_id = h.sid AND m.seq = h.seq AND m.story_id = ANY($1)
-			AND s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id || '' = $4 AND s.id = ANY($1)`
-	quickAckAdvance = `WITH v AS (
-			SELECT s.id FROM stories s
-			JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
-				ON s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce
-			WHERE s.id = ANY($1) AND s.queue_id || '' = $4
-		), nxt AS (
-			SELECT v.id AS story_id, m.seq, m.enqueued_at FROM v
-			CROSS JOIN LATERAL (SELECT seq, enqueued_at FROM messages WHERE story_id = v.id ORDER BY seq LIMIT 1) m
-		)
-		UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
-		FROM nxt WHERE s.id = nxt.story_id AND s.id = ANY($1)
-		RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`
-	quickAckEmptied = `DELETE FROM stories s
-		USING unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
-		WHERE s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.queue_id || '' = $4 AND s.id = ANY($1)
-			AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.story_id = s.id)`
-)
+// benchmark) with the ids' bitmap.
+const quickAckSQL = `WITH v AS (
+		SELECT s.id, h.seq, h.nonce FROM stories s
+		JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
+			ON s.id = h.sid AND s.head_seq = h.seq AND s.nonce = h.nonce
+		WHERE s.id = ANY($1) AND s.queue_id || '' = $4
+	), rec AS (
+		INSERT INTO ack_records (queue_id, story_id, seq, nonce, acked_at)
+		SELECT $4, v.id, v.seq, v.nonce, $5 FROM v
+		ON CONFLICT (queue_id, story_id, seq) DO UPDATE SET nonce = EXCLUDED.nonce, acked_at = EXCLUDED.acked_at
+	), del AS (
+		DELETE FROM messages m USING v
+		WHERE m.story_id = v.id AND m.seq = v.seq AND m.story_id = ANY($1)
+	), nxt AS (
+		SELECT v.id AS story_id, m.seq, m.enqueued_at FROM v
+		CROSS JOIN LATERAL (SELECT seq, enqueued_at FROM messages
+			WHERE story_id = v.id AND seq <> v.seq ORDER BY seq LIMIT 1) m
+	), gone AS (
+		DELETE FROM stories s USING v
+		WHERE s.id = v.id AND s.id = ANY($1) AND NOT EXISTS (SELECT 1 FROM nxt WHERE nxt.story_id = v.id)
+	)
+	UPDATE stories s SET head_seq = nxt.seq, receive_count = 0, nonce = 0, delayed = false, visible_at = nxt.enqueued_at
+	FROM nxt WHERE s.id = nxt.story_id AND s.id = ANY($1)
+	RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`
 
 // quickAckGenericPlans makes the statements of quickAck's transaction run
 // on generic plans from their first execution. Each one reaches its rows by
@@ -71,8 +66,8 @@ const quickAckGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 // quickAck is MessageAck in one round trip for the usual call: every
 // handle of this queue, each on a different story. One pipeline sends
 // BEGIN, the plan cache mode (quickAckGenericPlans), the lock of the
-// stories (as settle takes it), the four statements above and COMMIT; the results are then those of ackLocked, from the
-// states locked. The handles that did not acknowledge a live head are
+// stories (as settle takes it), quickAckSQL and COMMIT; the results are
+// then those of ackLocked, from the states locked. The handles that did not acknowledge a live head are
 // judged after the commit against the ack records (only a repeated ack of
 // the same delivery succeeds); this call wrote no record of their stories.
 // ok is false, with nothing done, for other calls, and when the pipeline
@@ -102,10 +97,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(quickAckGenericPlans)
 	b.Queue(lockStoriesSQL, sids, p.QueueID)
-	b.Queue(quickAckRecords, sids, seqs, nonces, p.QueueID, now)
-	b.Queue(quickAckDelete, sids, seqs, nonces, p.QueueID)
-	b.Queue(quickAckAdvance, sids, seqs, nonces, p.QueueID)
-	b.Queue(quickAckEmptied, sids, seqs, nonces, p.QueueID)
+	b.Queue(quickAckSQL, sids, seqs, nonces, p.QueueID, now)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	live := map[int64]*liveStory{}
@@ -133,23 +125,14 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
 		if rows, err = br.Query(); err != nil {
 			return err
 		}
 		if _, ready, err = collectAdvanced(w, now, rows); err != nil {
 			return err
 		}
-		for range 2 { // the emptied stories, COMMIT
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = br.Exec() // COMMIT
+		return err
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -12,52 +12,78 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// quickDedupSQL is publish's dedup upsert (see publish) that fails with
-// division_by_zero, aborting the transaction, unless every message id was
-// fresh: quickPublish has already sent the rest of the publish on that
-// assumption.
-const quickDedupSQL = `WITH d AS (
+// quickPublishSQL is the whole of the usual publish in one statement,
+// sent on the assumption that the workspace's routing is still the cached
+// router's ($6 workspace, $7 routing version) and that every message id is
+// fresh:
+//
+//   - d: publish's dedup upsert (see there), written only when the
+//     workspace is at routing version $7;
+//   - ok: 1, or division_by_zero unless d wrote a record for each of the
+//     $3 ids (a duplicate, or another routing version): the statement
+//     fails, nothing it did stays, and the full publish runs;
+//   - ids, s: appendMessages' story upsert (see there), which starts only
+//     once ok is known (ids waits for it), so the locks go in the usual
+//     order: the dedup records, then the stories in (queue_id, story_key)
+//     order;
+//   - m: the messages, at the tails the upsert returned: the k-th of a
+//     story's cnt messages of this call takes seq tail_seq - cnt + k. They
+//     come from the upsert's own rows (the latest version of each story,
+//     which it locked), not from a read of stories, whose snapshot would
+//     predate a concurrent publisher's commit.
+//
+// The answer is one row of ok joined with each story row: its queue, and
+// whether the upsert created it.
+const quickPublishSQL = `WITH d AS (
 		INSERT INTO dedup_records AS d (producer_id, message_id, accepted_at, deliveries)
-		SELECT $1, t.mid, $2, t.n FROM unnest($3::text[], $4::int[]) WITH ORDINALITY AS t(mid, n, ord) ORDER BY t.ord
+		SELECT $1, t.mid, $2::bigint, t.n FROM unnest($3::text[], $4::int[]) WITH ORDINALITY AS t(mid, n, ord)
+		WHERE EXISTS (SELECT 1 FROM workspaces w WHERE w.id = $6 AND w.routing_version = $7)
+		ORDER BY t.ord
 		ON CONFLICT (producer_id, message_id) DO UPDATE
 			SET accepted_at = EXCLUDED.accepted_at, deliveries = EXCLUDED.deliveries
 			WHERE d.accepted_at <= $5
 		RETURNING 1
-	)
-	SELECT 1 / ((SELECT count(*) FROM d) = cardinality($3::text[]))::int`
-
-// quickStoriesSQL is appendMessages' story upsert (see there).
-const quickStoriesSQL = `WITH ids AS MATERIALIZED (
+	), ok AS MATERIALIZED (
+		SELECT 1 / ((SELECT count(*) FROM d) = cardinality($3::text[]))::int AS v
+	), ids AS MATERIALIZED (
 		SELECT r, nextval(pg_get_serial_sequence('stories', 'id')) AS id
-		FROM generate_series(1, $5::int) AS r ORDER BY r
+		FROM generate_series(1, cardinality($8::text[])) AS r
+		WHERE (SELECT v FROM ok) = 1
+		ORDER BY r
+	), s AS (
+		INSERT INTO stories AS s
+			(id, queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
+		SELECT ids.id, t.q, t.k, 1, t.n, $2::bigint, 0, 0, false
+		FROM unnest($8::text[], $9::text[], $10::bigint[], $11::int[]) WITH ORDINALITY AS t(q, k, n, rank, ord)
+		JOIN ids ON ids.r = t.rank
+		ORDER BY t.ord
+		ON CONFLICT (queue_id, story_key) DO UPDATE SET tail_seq = s.tail_seq + EXCLUDED.tail_seq
+		RETURNING s.id, s.queue_id, s.story_key, s.tail_seq, (s.xmax = 0) AS created
+	), m AS (
+		INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
+			correlation_id, producer_id, enqueued_at, envelope)
+		SELECT s.id, s.tail_seq - t.cnt + t.k, t.q, t.mid, t.mtype, t.topic, t.corr, $1, $2::bigint, t.env
+		FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::text[],
+			$18::text[], $19::text[], $20::bytea[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, env)
+		JOIN s ON s.queue_id = t.q AND s.story_key = t.key
 	)
-	INSERT INTO stories AS s
-		(id, queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-	SELECT ids.id, t.q, t.k, 1, t.n, $4, 0, 0, false
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $6::int[]) WITH ORDINALITY AS t(q, k, n, rank, ord)
-	JOIN ids ON ids.r = t.rank
-	ORDER BY t.ord
-	ON CONFLICT (queue_id, story_key) DO UPDATE SET tail_seq = s.tail_seq + EXCLUDED.tail_seq
-	RETURNING s.queue_id, (s.xmax = 0) AS created`
+	SELECT ok.v, s.queue_id, s.created FROM ok LEFT JOIN s ON true`
 
-// quickMessagesSQL inserts the messages at the tails the upsert made: the
-// k-th of a story's cnt messages of this call takes seq tail_seq - cnt + k
-// (the story rows are locked by this transaction since the upsert).
-const quickMessagesSQL = `INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
-		correlation_id, producer_id, enqueued_at, envelope)
-	SELECT s.id, s.tail_seq - t.cnt + t.k, t.q, t.mid, t.mtype, t.topic, t.corr, t.prod, t.enq, t.env
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-		$8::text[], $9::text[], $10::bigint[], $11::bytea[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, prod, enq, env)
-	JOIN stories s ON s.queue_id = t.q AND s.story_key = t.key`
+// quickPublishGenericPlans makes quickPublishSQL run on its generic plan
+// from the first execution, as quickAckGenericPlans does for the ack: it
+// reaches every row by a unique index whatever the values, and planning it
+// again on each execution costs more than most runs of it.
+const quickPublishGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
-// quickPublish is MessagePublish in two round trips for the usual call
-// (distinct message ids): the routing read, then one pipeline of BEGIN,
-// the dedup upsert, the story upsert, the message insert and COMMIT, sent
-// on the assumption that every message is fresh. A duplicate makes the
-// dedup statement fail and the transaction roll back; ok is then false,
-// with nothing done, and the full publish runs, as it does for any other
-// call and when the pipeline fails otherwise. Locks are taken in the
-// usual order: dedup records, then stories sorted by (queue_id, story_key).
+// quickPublish is MessagePublish in one round trip for the usual call
+// (distinct message ids, a workspace whose router is cached): one pipeline
+// of BEGIN, the plan cache mode, quickPublishSQL and COMMIT, on the
+// assumption that the cached router is current and every message is
+// fresh. When either is wrong the statement fails and the transaction
+// rolls back; ok is then false, with nothing done, and the full publish
+// runs (reading the routing again), as it does for any other call and
+// when the pipeline fails otherwise. A workspace with no cached router
+// has it read first, in a round trip of its own.
 func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []bus.PublishOutcome, ok bool, err error) {
 	if len(p.Messages) == 0 {
 		return nil, false, nil
@@ -75,11 +101,16 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 		return nil, false, err
 	}
 	defer conn.Release()
-	// Routing first, outside the transaction: it takes no locks, and the
-	// transaction would read it in its first statement's snapshot anyway.
-	rt, err := router(ctx, conn, &s.routes, p.WorkspaceID)
-	if err != nil {
-		return nil, false, fmt.Errorf("consumers: %w", err)
+	rt, version, cached := s.routes.Latest(p.WorkspaceID)
+	if !cached {
+		// Read it (and cache it) through this connection first; a
+		// workspace that does not exist is left to the full publish.
+		if _, err := router(ctx, conn, &s.routes, p.WorkspaceID); err != nil {
+			return nil, false, fmt.Errorf("consumers: %w", err)
+		}
+		if rt, version, cached = s.routes.Latest(p.WorkspaceID); !cached {
+			return nil, false, nil
+		}
 	}
 	out = make([]bus.PublishOutcome, len(p.Messages))
 	mids := make([]string, len(p.Messages))
@@ -115,75 +146,71 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 		mids[k], dels[k] = p.Messages[i].MessageID, int32(out[i].Deliveries)
 	}
 
+	// The stories in lock order.
+	refs := make([]storyRef, 0, len(counts))
+	for r := range counts {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].queue != refs[j].queue {
+			return refs[i].queue < refs[j].queue
+		}
+		return refs[i].key < refs[j].key
+	})
+	qs, ks, ns, rs := make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs)), make([]int32, len(refs))
+	for i, r := range refs {
+		qs[i], ks[i], ns[i], rs[i] = r.queue, r.key, counts[r], rank[r]
+	}
+	n := len(rows)
+	var (
+		mq, mk, mmid, mtype, mtopic, mcorr = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		mkk, mcnt                          = make([]int64, n), make([]int64, n)
+		menv                               = make([][]byte, n)
+	)
+	for i, r := range rows {
+		mq[i], mk[i], mkk[i], mcnt[i] = r.ref.queue, r.ref.key, r.k, counts[r.ref]
+		mmid[i], mtype[i], mtopic[i], mcorr[i] = r.m.MessageID, r.m.MessageType, r.m.Topic, r.m.CorrelationID
+		menv[i] = r.m.Envelope
+		if menv[i] == nil {
+			menv[i] = []byte{} // NOT NULL column; an empty envelope stays empty
+		}
+	}
+
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(quickDedupSQL, p.ProducerID, now, mids, dels, ms(p.Now.Add(-p.DedupWindow)))
-	if len(rows) > 0 {
-		refs := make([]storyRef, 0, len(counts))
-		for r := range counts {
-			refs = append(refs, r)
-		}
-		sort.Slice(refs, func(i, j int) bool {
-			if refs[i].queue != refs[j].queue {
-				return refs[i].queue < refs[j].queue
-			}
-			return refs[i].key < refs[j].key
-		})
-		qs, ks, ns, rs := make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs)), make([]int32, len(refs))
-		for i, r := range refs {
-			qs[i], ks[i], ns[i], rs[i] = r.queue, r.key, counts[r], rank[r]
-		}
-		b.Queue(quickStoriesSQL, qs, ks, ns, now, len(refs), rs)
-		n := len(rows)
-		var (
-			mq, mk, mmid, mtype, mtopic, mcorr, mprod = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			mkk, mcnt, menq                           = make([]int64, n), make([]int64, n), make([]int64, n)
-			menv                                      = make([][]byte, n)
-		)
-		for i, r := range rows {
-			mq[i], mk[i], mkk[i], mcnt[i] = r.ref.queue, r.ref.key, r.k, counts[r.ref]
-			mmid[i], mtype[i], mtopic[i], mcorr[i], mprod[i] = r.m.MessageID, r.m.MessageType, r.m.Topic, r.m.CorrelationID, p.ProducerID
-			menq[i], menv[i] = now, r.m.Envelope
-			if menv[i] == nil {
-				menv[i] = []byte{} // NOT NULL column; an empty envelope stays empty
-			}
-		}
-		b.Queue(quickMessagesSQL, mq, mk, mkk, mcnt, mmid, mtype, mtopic, mcorr, mprod, menq, menv)
-	}
+	b.Queue(quickPublishGenericPlans)
+	b.Queue(quickPublishSQL, p.ProducerID, now, mids, dels, ms(p.Now.Add(-p.DedupWindow)), p.WorkspaceID, version,
+		qs, ks, ns, rs, mq, mk, mkk, mcnt, mmid, mtype, mtopic, mcorr, menv)
 	b.Queue(`COMMIT`)
 
 	w := &waker{}
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
-		for range 2 { // BEGIN, dedup
+		for range 2 { // BEGIN, the plan cache mode
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if len(rows) > 0 {
-			rs, err := br.Query()
-			if err != nil {
+		rs, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rs.Next() {
+			var v int
+			var q *string
+			var created *bool
+			if err := rs.Scan(&v, &q, &created); err != nil {
+				rs.Close()
 				return err
 			}
-			for rs.Next() {
-				var q string
-				var created bool
-				if err := rs.Scan(&q, &created); err != nil {
-					rs.Close()
-					return err
-				}
-				if created {
-					w.wake(q)
-				}
-			}
-			if err := rs.Err(); err != nil {
-				return fmt.Errorf("story upsert: %w", err)
-			}
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("message insert: %w", err)
+			if q != nil && created != nil && *created {
+				w.wake(*q)
 			}
 		}
-		_, err := br.Exec() // COMMIT
+		if err := rs.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec() // COMMIT
 		return err
 	}()
 	if cerr := br.Close(); err == nil {
