@@ -61,17 +61,7 @@ func appendMessages(ctx context.Context, tx pgx.Tx, w *waker, now int64, msgs []
 	for _, m := range msgs {
 		counts[m.ref]++
 	}
-	refs := make([]storyRef, 0, len(counts))
-	for r := range counts {
-		refs = append(refs, r)
-	}
-	// The lock order of every batch operation.
-	sort.Slice(refs, func(i, j int) bool {
-		if refs[i].queue != refs[j].queue {
-			return refs[i].queue < refs[j].queue
-		}
-		return refs[i].key < refs[j].key
-	})
+	refs := lockOrder(counts)
 	// rank: the order in which the stories first appear in msgs. A story
 	// created here takes the rank-th id drawn below, so stories created by
 	// one call (which tie on visible_at) are offered in the order their
@@ -267,4 +257,20 @@ func publish(ctx context.Context, tx pgx.Tx, w *waker, routes *bus.RouteCache, p
 		return nil, err
 	}
 	return out, nil
+}
+
+// lockOrder is the stories of counts in the lock order of every batch
+// operation: by queue, then by story key.
+func lockOrder(counts map[storyRef]int64) []storyRef {
+	refs := make([]storyRef, 0, len(counts))
+	for r := range counts {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].queue != refs[j].queue {
+			return refs[i].queue < refs[j].queue
+		}
+		return refs[i].key < refs[j].key
+	})
+	return refs
 }

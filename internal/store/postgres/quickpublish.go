@@ -147,16 +147,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	}
 
 	// The stories in lock order.
-	refs := make([]storyRef, 0, len(counts))
-	for r := range counts {
-		refs = append(refs, r)
-	}
-	sort.Slice(refs, func(i, j int) bool {
-		if refs[i].queue != refs[j].queue {
-			return refs[i].queue < refs[j].queue
-		}
-		return refs[i].key < refs[j].key
-	})
+	refs := lockOrder(counts)
 	qs, ks, ns, rs := make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs)), make([]int32, len(refs))
 	for i, r := range refs {
 		qs[i], ks[i], ns[i], rs[i] = r.queue, r.key, counts[r], rank[r]
