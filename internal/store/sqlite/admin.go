@@ -322,9 +322,13 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 // out of the story's chain: the message after it points to the one before
 // it, and the story's tail becomes the one before it.
 func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
+	// Queue by queue, each oldest first, through messages_queue: within a
+	// story that is the order of enqueue times, as the unlinking below
+	// needs.
 	rows, err := d.query(`SELECT m.id, m.story_id, m.seq = s.head_seq, s.queue_id FROM messages m
 		JOIN stories s ON s.id = m.story_id
-		WHERE m.enqueued_at <= ? ORDER BY m.enqueued_at LIMIT ?`, cutoff, maintainChunk)
+		WHERE m.queue_id IN (SELECT id FROM connections) AND m.enqueued_at <= ?
+		ORDER BY m.queue_id, m.enqueued_at LIMIT ?`, cutoff, maintainChunk)
 	if err != nil {
 		return 0, nil, interpretError(err)
 	}

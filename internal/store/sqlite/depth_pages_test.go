@@ -50,11 +50,11 @@ func TestDepthWALPages(t *testing.T) {
 			defer rows.Close()
 			for rows.Next() {
 				var n string
-				var p uint32
+				var p int64
 				if err := rows.Scan(&n, &p); err != nil {
 					return err
 				}
-				owner[p] = n
+				owner[uint32(p)] = n
 			}
 			return rows.Err()
 		})
@@ -120,6 +120,24 @@ func TestDepthWALPages(t *testing.T) {
 		t.Logf("%-8s WAL pages per op: publish 9 %.1f, publish 1 %.1f, receive %.1f, ack %.1f", sh.name, f(pub9), f(pub1), f(recv), f(ack))
 		for op, m := range byOp {
 			t.Logf("  %s %s: %v", sh.name, op, m)
+		}
+		// What checkpoints would write: the distinct pages of each run of
+		// ckpt frames (SQLite checkpoints every wal_autocheckpoint pages;
+		// a page written twice in one run is copied once).
+		if b, err := os.ReadFile(path + "-wal"); err == nil {
+			var out []string
+			for _, ckpt := range []int{1000, 4000, 16000} {
+				distinct, seen, n := 0, map[uint32]bool{}, 0
+				for off := 32; off+24 <= len(b); off += 4096 + 24 {
+					seen[uint32(b[off])<<24|uint32(b[off+1])<<16|uint32(b[off+2])<<8|uint32(b[off+3])] = true
+					if n++; n == ckpt {
+						distinct, seen, n = distinct+len(seen), map[uint32]bool{}, 0
+					}
+				}
+				distinct += len(seen)
+				out = append(out, fmt.Sprintf("every %d pages: %.1f", ckpt, float64(distinct)/(rounds+20)))
+			}
+			t.Logf("%-8s checkpointed pages per round: %v", sh.name, out)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

@@ -657,11 +657,12 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[
 	// Advance (as advance does): the message after the head (prev = the
 	// head's row, still in head_id) becomes the head, ready at its
 	// enqueued_at; a story left empty goes.
-	res, err := d.query(`UPDATE stories SET (head_id, head_seq, visible_at) =
-			(SELECT id, seq, enqueued_at FROM messages WHERE prev = stories.head_id),
+	// One search of messages_next a story (a join, where a subquery for
+	// the values and one for the condition searched twice).
+	res, err := d.query(`UPDATE stories SET head_id = m.id, head_seq = m.seq, visible_at = m.enqueued_at,
 			receive_count = 0, nonce = 0, delayed = 0
-		WHERE id IN (`+inList(n)+`) AND EXISTS (SELECT 1 FROM messages WHERE prev = stories.head_id)
-		RETURNING id, head_id, head_seq, visible_at`, ids...)
+		FROM messages m WHERE stories.id IN (`+inList(n)+`) AND m.prev = stories.head_id
+		RETURNING stories.id, stories.head_id, stories.head_seq, stories.visible_at`, ids...)
 	if err != nil {
 		return nil, interpretError(err)
 	}

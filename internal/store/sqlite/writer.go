@@ -91,12 +91,14 @@ type writer struct {
 	heads *heads // the in-memory index of story heads (heads.go)
 	// bigCache: the page cache was raised to 64 MiB (maybeGrowCache).
 	bigCache bool
-	walPath  string
-	log      *slog.Logger
-	ops      chan *op
-	quit     chan struct{} // closed by Close
-	once     sync.Once
-	stopped  chan struct{} // closed when the loop and the syncer have returned
+	// bigWAL: checkpoints come every bigWALPages (maybeGrowCache).
+	bigWAL  bool
+	walPath string
+	log     *slog.Logger
+	ops     chan *op
+	quit    chan struct{} // closed by Close
+	once    sync.Once
+	stopped chan struct{} // closed when the loop and the syncer have returned
 
 	syncCommits bool            // fsync the WAL before answering a commit
 	synced      chan *committed // committed batches waiting for their fsync
@@ -561,10 +563,25 @@ func (w *writer) maybeCheckpoint() {
 // cache_size pragma in store.go): the writer's cache may then grow.
 const lockByteOffset = 1 << 30
 
+// bigWALFile: a database file longer than this checkpoints every
+// bigWALPages WAL pages instead of SQLite's default 1,000 (4 MiB).
+// With a backlog, the acks delete rows from pages written long before:
+// each is a page of its own for the checkpoint to copy, while on a short
+// queue the same few pages take the writes of many operations. Fewer,
+// larger checkpoints copy a page written by several operations once
+// (TestDepthWALPages counts them) and sync the database file a quarter
+// as often. The WAL may then reach 16 MiB before it is copied back: small
+// beside a file of this size.
+const (
+	bigWALFile  = 256 << 20
+	bigWALPages = 4000
+)
+
 // maybeGrowCache raises the write connection's page cache from 8 to 64
 // MiB once the database file is past 1 GiB (a file never shrinks), where a
 // deep backlog's B-tree pages need the room and the page-cache walk of a
-// smaller file no longer happens.
+// smaller file no longer happens; and the checkpoint interval to
+// bigWALPages once it is past bigWALFile.
 func (w *writer) maybeGrowCache() {
 	if w.bigCache {
 		return
@@ -574,7 +591,15 @@ func (w *writer) maybeGrowCache() {
 	if err := w.conn.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
 		return
 	}
-	if err := w.conn.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size); err != nil || pages*size <= lockByteOffset {
+	if err := w.conn.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size); err != nil {
+		return
+	}
+	if !w.bigWAL && pages*size > bigWALFile {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("PRAGMA wal_autocheckpoint(%d)", bigWALPages)); err == nil {
+			w.bigWAL = true
+		}
+	}
+	if pages*size <= lockByteOffset {
 		return
 	}
 	if _, err := w.conn.ExecContext(ctx, "PRAGMA cache_size(-65536)"); err == nil {
