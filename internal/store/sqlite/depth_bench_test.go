@@ -364,7 +364,9 @@ func BenchmarkDepthOps(b *testing.B) {
 
 // BenchmarkDepthDrain drains a backlog of each shape (not the empty one)
 // with four callers receiving up to 10 and acking them: msg/s and CPU per
-// message, for shallow against deep stories.
+// message, for shallow against deep stories; also the messages a commit
+// carries (msgs/commit, the group commit's batch) and the bytes the
+// process wrote per message (write-KiB/msg: WAL frames and checkpoints).
 func BenchmarkDepthDrain(b *testing.B) {
 	for _, sh := range depthShapes() {
 		if sh.depth == 0 {
@@ -386,8 +388,13 @@ func BenchmarkDepthDrain(b *testing.B) {
 			b.ResetTimer()
 			defer profileTimed(b)()
 			cpu0 := cpuTime()
+			_, w0 := procIO()
+			c0 := s.w.commits.Load()
 			taken := drainParallel(b, s, q, now)
+			_, w1 := procIO()
 			reportCPU(b, cpu0, taken)
+			b.ReportMetric(float64(taken)/float64(s.w.commits.Load()-c0), "msgs/commit")
+			b.ReportMetric(float64(w1-w0)/1024/float64(taken), "write-KiB/msg")
 			b.ReportMetric(float64(taken)/b.Elapsed().Seconds(), "msg/s")
 		})
 	}

@@ -106,6 +106,7 @@ type writer struct {
 	syncIdle    chan struct{}   // (1) a token after the syncer answered a group
 	syncerDone  chan struct{}   // closed when the syncer has returned
 	changes     int64           // total_changes() after the last commit
+	commits     atomic.Int64    // transactions committed (benchmarks read it)
 
 	// syncFile fsyncs the file at a path; nil is fsyncFile (tests put a
 	// failing one in its place).
@@ -361,6 +362,7 @@ func (w *writer) commit(t *txn) {
 	}
 	w.heads.publish()
 	w.heads.commitEnds()
+	w.commits.Add(1)
 	w.committed(t.live)
 }
 
