@@ -22,7 +22,7 @@ import (
 
 // benchQueue makes a workspace with one consumer subscribed to som.> and
 // returns the workspace and queue ids.
-func benchQueue(b *testing.B, s *Store) (string, string) {
+func benchQueue(b testing.TB, s *Store) (string, string) {
 	b.Helper()
 	ws, q := bus.NewID(bus.PrefixWorkspace), bus.NewID(bus.PrefixConnection)
 	now := time.Now()

@@ -14,14 +14,19 @@ import (
 
 // quickPublishSQL is the whole of the usual publish in one statement,
 // sent on the assumption that the workspace's routing is still the cached
-// router's ($6 workspace, $7 routing version) and that every message id is
+// router's ($5 workspace, $6 routing version) and that every message id is
 // fresh:
 //
-//   - d: publish's dedup upsert (see there), written only when the
-//     workspace is at routing version $7;
+//   - d: the dedup records, written only when the workspace is at
+//     routing version $6. A plain insert, not publish's upsert: a record
+//     already there (a duplicate, or an expired record the full publish
+//     would overwrite) fails the statement with unique_violation, and the
+//     full publish runs. The upsert's speculative insert writes one more
+//     WAL record per message (its confirmation) for a case this path
+//     leaves to the full publish anyway;
 //   - ok: 1, or division_by_zero unless d wrote a record for each of the
-//     $3 ids (a duplicate, or another routing version): the statement
-//     fails, nothing it did stays, and the full publish runs;
+//     $3 ids (another routing version): the statement fails, nothing it
+//     did stays, and the full publish runs;
 //   - ids, s: appendMessages' story upsert (see there), which starts only
 //     once ok is known (ids waits for it), so the locks go in the usual
 //     order: the dedup records, then the stories in (queue_id, story_key)
@@ -37,24 +42,21 @@ import (
 const quickPublishSQL = `WITH d AS (
 		INSERT INTO dedup_records AS d (producer_id, message_id, accepted_at, deliveries)
 		SELECT $1, t.mid, $2::bigint, t.n FROM unnest($3::text[], $4::int[]) WITH ORDINALITY AS t(mid, n, ord)
-		WHERE EXISTS (SELECT 1 FROM workspaces w WHERE w.id = $6 AND w.routing_version = $7)
+		WHERE EXISTS (SELECT 1 FROM workspaces w WHERE w.id = $5 AND w.routing_version = $6)
 		ORDER BY t.ord
-		ON CONFLICT (producer_id, message_id) DO UPDATE
-			SET accepted_at = EXCLUDED.accepted_at, deliveries = EXCLUDED.deliveries
-			WHERE d.accepted_at <= $5
 		RETURNING 1
 	), ok AS MATERIALIZED (
 		SELECT 1 / ((SELECT count(*) FROM d) = cardinality($3::text[]))::int AS v
 	), ids AS MATERIALIZED (
 		SELECT r, nextval(pg_get_serial_sequence('stories', 'id')) AS id
-		FROM generate_series(1, cardinality($8::text[])) AS r
+		FROM generate_series(1, cardinality($7::text[])) AS r
 		WHERE (SELECT v FROM ok) = 1
 		ORDER BY r
 	), s AS (
 		INSERT INTO stories AS s
 			(id, queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
 		SELECT ids.id, t.q, t.k, 1, t.n, $2::bigint, 0, 0, false
-		FROM unnest($8::text[], $9::text[], $10::bigint[], $11::int[]) WITH ORDINALITY AS t(q, k, n, rank, ord)
+		FROM unnest($7::text[], $8::text[], $9::bigint[], $10::int[]) WITH ORDINALITY AS t(q, k, n, rank, ord)
 		JOIN ids ON ids.r = t.rank
 		ORDER BY t.ord
 		ON CONFLICT (queue_id, story_key) DO UPDATE SET tail_seq = s.tail_seq + EXCLUDED.tail_seq
@@ -63,8 +65,8 @@ const quickPublishSQL = `WITH d AS (
 		INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
 			correlation_id, producer_id, enqueued_at, envelope)
 		SELECT s.id, s.tail_seq - t.cnt + t.k, t.q, t.mid, t.mtype, t.topic, t.corr, $1, $2::bigint, t.env
-		FROM unnest($12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::text[], $17::text[],
-			$18::text[], $19::text[], $20::bytea[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, env)
+		FROM unnest($11::text[], $12::text[], $13::bigint[], $14::bigint[], $15::text[], $16::text[],
+			$17::text[], $18::text[], $19::bytea[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, env)
 		JOIN s ON s.queue_id = t.q AND s.story_key = t.key
 	)
 	SELECT ok.v, s.queue_id, s.created FROM ok LEFT JOIN s ON true`
@@ -170,7 +172,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(quickPublishGenericPlans)
-	b.Queue(quickPublishSQL, p.ProducerID, now, mids, dels, ms(p.Now.Add(-p.DedupWindow)), p.WorkspaceID, version,
+	b.Queue(quickPublishSQL, p.ProducerID, now, mids, dels, p.WorkspaceID, version,
 		qs, ks, ns, rs, mq, mk, mkk, mcnt, mmid, mtype, mtopic, mcorr, menv)
 	b.Queue(`COMMIT`)
 
@@ -213,7 +215,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	if err != nil {
 		endTx(conn)
 		var pg *pgconn.PgError
-		if !errors.As(err, &pg) || pg.Code != "22012" {
+		if !errors.As(err, &pg) || (pg.Code != "22012" && pg.Code != "23505") {
 			s.logger.DebugContext(ctx, "postgres: quick publish failed; running the full publish", "err", err)
 		}
 		return nil, false, nil
