@@ -5,7 +5,9 @@ package postgres
 // acks of one handle, each phase measured from the server's WAL between
 // its start and end (pg_walinspect). Records of no relation (commits) are
 // counted for the whole cluster, so run it on a quiet server. It runs only
-// with SOMBUS_WAL=1:
+// with SOMBUS_WAL=1; SOMBUS_WAL_STORIES spreads the messages over fewer
+// stories (default: one each), SOMBUS_WAL_RECEIVE_MAX takes more a receive
+// (default 1; each receive's handles are acked in one call):
 //
 //	SOMBUS_WAL=1 go test -count=1 -run TestWALPerMessage -v ./internal/store/postgres/
 
@@ -27,6 +29,13 @@ func TestWALPerMessage(t *testing.T) {
 		t.Skip("SOMBUS_WAL not set")
 	}
 	const n = 200
+	stories, max := n, 1 // unique stories, one message a receive
+	if v := os.Getenv("SOMBUS_WAL_STORIES"); v != "" {
+		fmt.Sscan(v, &stories)
+	}
+	if v := os.Getenv("SOMBUS_WAL_RECEIVE_MAX"); v != "" {
+		fmt.Sscan(v, &max)
+	}
 	s := OpenTest(t)
 	ctx := context.Background()
 	if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public`); err != nil {
@@ -59,43 +68,45 @@ func TestWALPerMessage(t *testing.T) {
 		return l
 	}
 	re := regexp.MustCompile(`blkref #0: rel \d+/\d+/(\d+)`)
-	report := func(phase, from, to string) {
+	report := func(phase string, spans [][2]string) {
 		relNames()
-		rows, err := s.pool.Query(ctx, `SELECT resource_manager, record_type, record_length, fpi_length, coalesce(block_ref, '')
-			FROM public.pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)`, from, to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
 		type agg struct{ recs, bytes, fpi int }
 		by := map[string]*agg{}
 		var total agg
-		for rows.Next() {
-			var rm, typ, ref string
-			var length, fpi int
-			if err := rows.Scan(&rm, &typ, &length, &fpi, &ref); err != nil {
+		for _, sp := range spans {
+			rows, err := s.pool.Query(ctx, `SELECT resource_manager, record_type, record_length, fpi_length, coalesce(block_ref, '')
+			FROM public.pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)`, sp[0], sp[1])
+			if err != nil {
 				t.Fatal(err)
 			}
-			rel := "-"
-			if m := re.FindStringSubmatch(ref); m != nil {
-				if name, ok := names[m[1]]; ok {
-					rel = name
-				} else {
-					continue // another schema's relation
+			for rows.Next() {
+				var rm, typ, ref string
+				var length, fpi int
+				if err := rows.Scan(&rm, &typ, &length, &fpi, &ref); err != nil {
+					t.Fatal(err)
 				}
+				rel := "-"
+				if m := re.FindStringSubmatch(ref); m != nil {
+					if name, ok := names[m[1]]; ok {
+						rel = name
+					} else {
+						continue // another schema's relation
+					}
+				}
+				k := fmt.Sprintf("%-28s %-10s %s", rel, rm, typ)
+				a := by[k]
+				if a == nil {
+					a = &agg{}
+					by[k] = a
+				}
+				a.recs++
+				a.bytes += length
+				a.fpi += fpi
+				total.recs++
+				total.bytes += length
+				total.fpi += fpi
 			}
-			k := fmt.Sprintf("%-28s %-10s %s", rel, rm, typ)
-			a := by[k]
-			if a == nil {
-				a = &agg{}
-				by[k] = a
-			}
-			a.recs++
-			a.bytes += length
-			a.fpi += fpi
-			total.recs++
-			total.bytes += length
-			total.fpi += fpi
+			rows.Close()
 		}
 		keys := make([]string, 0, len(by))
 		for k := range by {
@@ -114,51 +125,46 @@ func TestWALPerMessage(t *testing.T) {
 		mid := fmt.Sprintf("m-%d", i)
 		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: producer, Now: time.Now(),
 			DedupWindow: bus.DedupWindow, Messages: []bus.PublishMessage{{MessageID: mid, MessageType: "story.context",
-				Topic: "som.story.context", CorrelationID: fmt.Sprintf("story-%d", i),
+				Topic: "som.story.context", CorrelationID: fmt.Sprintf("story-%d", (i+1000)%stories),
 				Envelope: []byte(`{"message_id":"` + mid + `","payload":{"data":"` + payload + `"}}`)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	drain := func(count int, ack bool) []bus.Handle {
-		var hs []bus.Handle
-		for range count {
-			r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 1, Visibility: time.Minute, Now: time.Now()})
+	// drain receives up to n messages a call until none is left, and acks
+	// each call's; it returns the WAL spans of the receives and of the acks.
+	drain := func(max int) (recv, ack [][2]string) {
+		for {
+			a := lsn()
+			r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: max, Visibility: time.Minute, Now: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(r.Deliveries) != 1 {
-				t.Fatalf("received %d", len(r.Deliveries))
+			if len(r.Deliveries) == 0 {
+				return
 			}
-			hs = append(hs, r.Deliveries[0].Handle)
-		}
-		if ack {
-			for _, h := range hs {
-				if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{h}, Now: time.Now()}); err != nil {
-					t.Fatal(err)
-				}
+			b := lsn()
+			var hs []bus.Handle
+			for _, d := range r.Deliveries {
+				hs = append(hs, d.Handle)
 			}
+			if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			recv, ack = append(recv, [2]string{a, b}), append(ack, [2]string{b, lsn()})
 		}
-		return hs
 	}
 	for i := range 20 {
 		publish(-1 - i)
 	}
-	drain(20, true)
+	drain(1)
 
 	a := lsn()
 	for i := range n {
 		publish(i)
 	}
 	b := lsn()
-	hs := drain(n, false)
-	c := lsn()
-	for _, h := range hs {
-		if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{h}, Now: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := lsn()
-	report("publish", a, b)
-	report("receive", b, c)
-	report("ack", c, d)
+	recv, ack := drain(max)
+	report("publish", [][2]string{{a, b}})
+	report("receive", recv)
+	report("ack", ack)
 }
