@@ -4,7 +4,8 @@ package postgres
 // per relation: n single publishes, then n receives of one message, then n
 // acks of one handle, each phase measured from the server's WAL between
 // its start and end (pg_walinspect). Records of no relation (commits) are
-// counted for the whole cluster, so run it on a quiet server. It runs only
+// counted when their transaction wrote a relation of the test's schema, so
+// the asynchronous NOTIFY transactions and other sessions' are left out. It runs only
 // with SOMBUS_WAL=1; SOMBUS_WAL_STORIES spreads the messages over fewer
 // stories (default: one each), SOMBUS_WAL_RECEIVE_MAX takes more a receive
 // (default 1; each receive's handles are acked in one call):
@@ -67,46 +68,67 @@ func TestWALPerMessage(t *testing.T) {
 		}
 		return l
 	}
-	re := regexp.MustCompile(`blkref #0: rel \d+/\d+/(\d+)`)
+	re := regexp.MustCompile(`blkref #0: rel \d+/(\d+)/(\d+)`)
+	var dbOID string
+	if err := s.pool.QueryRow(ctx, `SELECT oid::text FROM pg_database WHERE datname = current_database()`).Scan(&dbOID); err != nil {
+		t.Fatal(err)
+	}
 	report := func(phase string, spans [][2]string) {
 		relNames()
 		type agg struct{ recs, bytes, fpi int }
 		by := map[string]*agg{}
 		var total agg
 		for _, sp := range spans {
-			rows, err := s.pool.Query(ctx, `SELECT resource_manager, record_type, record_length, fpi_length, coalesce(block_ref, '')
-			FROM public.pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)`, sp[0], sp[1])
+			rows, err := s.pool.Query(ctx, `SELECT resource_manager, record_type, record_length, fpi_length,
+					coalesce(block_ref, ''), coalesce(xid::text, '')
+				FROM public.pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)`, sp[0], sp[1])
 			if err != nil {
 				t.Fatal(err)
 			}
+			type rec struct {
+				rm, typ, ref, xid string
+				length, fpi       int
+			}
+			var recs []rec
+			ours := map[string]bool{} // transactions that wrote this schema's relations
 			for rows.Next() {
-				var rm, typ, ref string
-				var length, fpi int
-				if err := rows.Scan(&rm, &typ, &length, &fpi, &ref); err != nil {
+				var r rec
+				if err := rows.Scan(&r.rm, &r.typ, &r.length, &r.fpi, &r.ref, &r.xid); err != nil {
 					t.Fatal(err)
 				}
-				rel := "-"
-				if m := re.FindStringSubmatch(ref); m != nil {
-					if name, ok := names[m[1]]; ok {
-						rel = name
-					} else {
-						continue // another schema's relation
-					}
+				if m := re.FindStringSubmatch(r.ref); m != nil && m[1] == dbOID && names[m[2]] != "" {
+					ours[r.xid] = true
 				}
-				k := fmt.Sprintf("%-28s %-10s %s", rel, rm, typ)
+				recs = append(recs, r)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				rel := "-"
+				if m := re.FindStringSubmatch(r.ref); m != nil {
+					name, ok := names[m[2]]
+					if !ok || m[1] != dbOID {
+						continue // another schema's or database's relation
+					}
+					rel = name
+				} else if !ours[r.xid] {
+					continue // another transaction's record (a commit)
+				}
+				k := fmt.Sprintf("%-28s %-10s %s", rel, r.rm, r.typ)
 				a := by[k]
 				if a == nil {
 					a = &agg{}
 					by[k] = a
 				}
 				a.recs++
-				a.bytes += length
-				a.fpi += fpi
+				a.bytes += r.length
+				a.fpi += r.fpi
 				total.recs++
-				total.bytes += length
-				total.fpi += fpi
+				total.bytes += r.length
+				total.fpi += r.fpi
 			}
-			rows.Close()
 		}
 		keys := make([]string, 0, len(by))
 		for k := range by {
