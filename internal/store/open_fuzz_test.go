@@ -31,7 +31,9 @@ func FuzzParseSpec(f *testing.F) {
 				t.Fatalf("empty refusal of %q", spec)
 			}
 			if u, perr := url.Parse(spec); perr == nil && u.User != nil {
-				if pw, ok := u.User.Password(); ok && len(pw) >= 4 && repeats(msg, spec, pw) {
+				// As below: a password whose text stands elsewhere in the
+				// spec too (in the user name, say) cannot be told apart.
+				if pw, ok := u.User.Password(); ok && len(pw) >= 4 && strings.Count(spec, pw) <= 1 && repeats(msg, spec, pw) {
 					t.Fatalf("refusal %q repeats the password of %q", msg, spec)
 				}
 			}
@@ -45,7 +47,7 @@ func FuzzParseSpec(f *testing.F) {
 					authority = authority[:j]
 				}
 				if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-					if _, pw, ok := strings.Cut(authority[:at], ":"); ok && len(pw) >= 4 && strings.Count(spec, pw) == 1 && repeats(msg, spec, pw) {
+					if _, pw, ok := strings.Cut(authority[:at], ":"); ok && len(pw) >= 4 && strings.Count(spec, pw) <= 1 && repeats(msg, spec, pw) {
 						t.Fatalf("refusal %q repeats the password text of %q", msg, spec)
 					}
 				}
