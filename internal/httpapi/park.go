@@ -33,7 +33,6 @@ import (
 // share a connection), HTTP/1.0 or a request asking to close its
 // connection, HEAD, and every poll where no epoll is available.
 type Parking struct {
-	log  *slog.Logger
 	idle time.Duration
 	w    *watcher // nil: parking is off
 
@@ -54,7 +53,7 @@ func NewParking(idle time.Duration, log *slog.Logger) *Parking {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Parking{log: log, idle: idle, conns: make(map[*parkedConn]struct{}), back: make(chan net.Conn), done: make(chan struct{})}
+	p := &Parking{idle: idle, conns: make(map[*parkedConn]struct{}), back: make(chan net.Conn), done: make(chan struct{})}
 	w, err := newWatcher()
 	if err != nil {
 		log.Info("long polls wait in their handlers: no epoll here", "err", err)
@@ -160,13 +159,10 @@ func (l *parkingListener) acceptLoop() {
 	for {
 		c, err := l.Listener.Accept()
 		l.accepted <- accepted{c, err}
-		if err != nil {
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() { //nolint:staticcheck // the server retries what it thinks temporary
-				if te, ok := err.(interface{ Temporary() bool }); !ok || !te.Temporary() {
-					return
-				}
-			}
+		// The HTTP server retries what says it is temporary, and stops
+		// at anything else.
+		if te, ok := err.(interface{ Temporary() bool }); err != nil && (!ok || !te.Temporary()) {
+			return
 		}
 	}
 }
@@ -212,7 +208,6 @@ type parkedConn struct {
 
 	idle       bool // answered: waiting for the next request
 	closeAfter bool // answer with Connection: close and close
-	wake       func()
 	timer      *time.Timer
 
 	// The poll.
@@ -234,8 +229,7 @@ func (s *Server) receiveParked(w http.ResponseWriter, r *http.Request, req bus.R
 		return false, nil
 	}
 	c := &parkedConn{p: p, s: s, fd: -1, running: true}
-	c.wake = func() { c.signal(evWake) }
-	ds, waiting, err := s.svc.ReceiveOrWait(r.Context(), req, c.wake)
+	ds, waiting, err := s.svc.ReceiveOrWait(r.Context(), req, func() { c.signal(evWake) })
 	if waiting == nil {
 		defer release()
 		if err != nil {
@@ -375,9 +369,7 @@ func (c *parkedConn) stepIdle(ev uint8) {
 		c.finish()
 	case ev&evReadable != 0:
 		// The next request (or the client's close) is there: the HTTP
-		// server reads it.
-		c.timer.Stop()
-		c.p.w.remove(c)
+		// server reads it (finish leaves the connection open for it).
 		conn := c.conn
 		c.conn = nil
 		c.finish()
@@ -408,8 +400,6 @@ func (c *parkedConn) peek() peekResult {
 		return peekData
 	case err == nil:
 		return peekNothing
-	case errors.Is(err, syscall.EAGAIN):
-		return peekNothing
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -426,8 +416,7 @@ func (c *parkedConn) answer(ds []bus.Delivery, err error) {
 		c.timer.Stop()
 	}
 	rw := &bufferedResponse{header: c.header}
-	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: c.path}, Header: http.Header{}}
-	r = r.WithContext(context.Background())
+	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: c.path}, Header: http.Header{}} // its context: Background
 	if err != nil {
 		writeError(rw, r, c.s.log, onUnavailable(err, bus.RuleQueueUnavailable))
 	} else {
@@ -543,7 +532,6 @@ func (b *bufferedResponse) response(closing bool) []byte {
 		b.status = http.StatusOK
 	}
 	h := b.header
-	h.Del("Transfer-Encoding")
 	h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
 	h["Content-Length"] = []string{strconv.Itoa(len(b.body))}
 	if closing {
