@@ -169,12 +169,42 @@ type exhaustedHead struct {
 
 // exhaustedHeads returns up to n heads of every consumer queue that are
 // visible at now and were received as often as their queue allows, oldest
-// visible_at first (from the writer's index of heads, loading the queues
-// not loaded yet).
+// visible_at first, from the writer's index of heads. The first sweep after
+// the index was reset loads every consumer queue; later ones look only at
+// the loaded queues with received heads (heads.swept), so that a node with
+// many idle queues does not read them all every second.
 func exhaustedHeads(d *dbq, now int64, n int) ([]exhaustedHead, error) {
+	if !d.heads.swept {
+		if err := loadConsumerQueues(d); err != nil {
+			return nil, err
+		}
+	}
+	var out []exhaustedHead
+	for id, hq := range d.heads.queues {
+		if hq.recv.Len() == 0 {
+			continue
+		}
+		limit, err := attemptLimit(d, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hq.exhausted(now, limit) {
+			out = append(out, exhaustedHead{queue: id, head: h})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return headLess(out[i].head, out[j].head) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// loadConsumerQueues loads every consumer queue into the writer's index of
+// heads, with their attempt limits, and marks the index swept.
+func loadConsumerQueues(d *dbq) error {
 	rows, err := d.query(`SELECT id, attempt_limit FROM connections WHERE kind = ?`, string(bus.KindConsumer))
 	if err != nil {
-		return nil, interpretError(err)
+		return interpretError(err)
 	}
 	type queue struct {
 		id    string
@@ -185,29 +215,22 @@ func exhaustedHeads(d *dbq, now int64, n int) ([]exhaustedHead, error) {
 		var q queue
 		if err := rows.Scan(&q.id, &q.limit); err != nil {
 			_ = rows.Close()
-			return nil, interpretError(err)
+			return interpretError(err)
 		}
 		queues = append(queues, q)
 	}
 	_ = rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, interpretError(err)
+		return interpretError(err)
 	}
-	var out []exhaustedHead
 	for _, q := range queues {
-		hq, err := d.heads.queue(d, q.id)
-		if err != nil {
-			return nil, err
+		if _, err := d.heads.queue(d, q.id); err != nil {
+			return err
 		}
-		for _, h := range hq.exhausted(now, q.limit) {
-			out = append(out, exhaustedHead{queue: q.id, head: h})
-		}
+		d.heads.limits[q.id] = q.limit
 	}
-	sort.Slice(out, func(i, j int) bool { return headLess(out[i].head, out[j].head) })
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out, nil
+	d.heads.swept = true
+	return nil
 }
 
 // maintainChunk bounds the rows one maintenance transaction handles, so

@@ -46,6 +46,13 @@ type heads struct {
 	touched map[string]*headQueue
 	// snaps are the committed out sets the read pool counts from.
 	snaps *outSnaps
+	// swept is set once every consumer queue was loaded since the last
+	// reset or drop (by the dead-letter sweep): from then on every queue
+	// with a received head is loaded, since only the writer receives and
+	// it loads a queue before it receives from it (a queue created later
+	// starts empty), so the sweep reads only the loaded queues that have
+	// received heads (withReceived) instead of every connection.
+	swept bool
 	// nextMsg is the row id the next message row gets (0: not read yet):
 	// publish names each new row's id, so that the row after it in its
 	// story can point to it (prev) in the same statement. Ids only grow
@@ -238,6 +245,7 @@ func (h *heads) reset() {
 	clear(h.queues)
 	clear(h.limits)
 	h.unpublish("")
+	h.swept = false
 	h.nextMsg = 0
 	h.changes++
 }
@@ -262,6 +270,7 @@ func (h *heads) drop(queueID string) {
 	}
 	delete(h.queues, queueID)
 	h.unpublish(queueID)
+	h.swept = false // a queue that loads again may hold received heads
 }
 
 // loaded returns the index of a queue if it is loaded, else nil: a change
