@@ -8,7 +8,12 @@ import (
 
 // Queue samples: the bus records every consumer queue's counts itself at a
 // fixed interval and keeps them for a day, so the portal can draw a queue's
-// recent history without an outside metrics system.
+// recent history without an outside metrics system. Each interval that was
+// sampled is recorded as a round; a queue's counts are written only when
+// they differ from its latest sample, and carried forward to the rounds in
+// between when read. A node with many idle queues then writes (and later
+// deletes) almost nothing each interval, and a round missing (no node was
+// running) still shows as a gap.
 const (
 	// DefaultSampleEvery is the interval between two samples of the queues.
 	DefaultSampleEvery = 10 * time.Second
@@ -41,9 +46,9 @@ type QueueSampleParams struct {
 func (s *Service) SampleEvery() time.Duration { return s.cfg.SampleEvery }
 
 // Sample records one sample of every consumer queue now, under the current
-// interval (a queue already sampled in it keeps its sample), and deletes
-// the samples older than the keep time. It returns how many samples it
-// wrote.
+// interval (a queue already sampled in it keeps its sample, a queue whose
+// counts did not change is carried forward), and deletes the samples older
+// than the keep time. It returns how many queue samples it wrote.
 func (s *Service) Sample(ctx context.Context) (int, error) {
 	now := s.clock.Now()
 	n, err := s.store.QueueSample(ctx, &QueueSampleParams{Now: now, At: now.Truncate(s.cfg.SampleEvery)})
@@ -70,4 +75,26 @@ func (s *Service) QueueHistory(ctx context.Context, a *Actor, workspaceID, conne
 		samples = []QueueSample{}
 	}
 	return samples, nil
+}
+
+// FillSamples gives a queue's counts at each round (ascending) from its
+// samples (ascending, the first at or before the first round if the queue
+// had counts then): at each round, the latest sample at or before it,
+// under the round's time. Rounds before the first sample have none.
+func FillSamples(rounds []time.Time, samples []QueueSample) []QueueSample {
+	out := make([]QueueSample, 0, len(rounds))
+	var cur *QueueSample
+	j := 0
+	for _, r := range rounds {
+		for j < len(samples) && !samples[j].At.After(r) {
+			cur = &samples[j]
+			j++
+		}
+		if cur != nil {
+			q := *cur
+			q.At = r
+			out = append(out, q)
+		}
+	}
+	return out
 }

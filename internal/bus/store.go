@@ -50,19 +50,24 @@ type Store interface {
 	// with receive counts starting again, and writes p.Audit.
 	DeadLetterRedrive(ctx context.Context, p *RedriveParams) (int, error)
 
-	// QueueSample records one sample of every consumer queue's counts, as
-	// QueueStats counts them as of p.Now, under the time p.At, in one
-	// statement (or, for an embedded store whose one writer would be held
-	// for the whole sample, in transactions of some queues each). A queue
-	// that already has a sample at p.At keeps it, and when any queue has
-	// one the call writes nothing (another node sampled this interval). It
-	// returns how many samples it wrote.
+	// QueueSample takes one sample of every consumer queue's counts, as
+	// QueueStats counts them as of p.Now, under the time p.At: it records
+	// the round p.At, and a sample of each queue whose counts differ from
+	// its latest sample (a queue that did not change is carried forward
+	// from that one; see FillSamples). In one statement, or, for an
+	// embedded store whose one writer would be held for the whole sample,
+	// in transactions of some queues each. When the round p.At is recorded
+	// already, the call writes nothing (another node sampled this
+	// interval). It returns how many queue samples it wrote.
 	QueueSample(ctx context.Context, p *QueueSampleParams) (int, error)
-	// QueueSamplePrune deletes the samples recorded before before and
-	// returns how many went.
+	// QueueSamplePrune deletes the rounds recorded before before, and the
+	// samples recorded before it that a later one at or before it replaces
+	// (a queue's latest sample is kept while it carries forward), and
+	// returns how many samples went.
 	QueueSamplePrune(ctx context.Context, before time.Time) (int, error)
-	// QueueSamples reads one queue's samples recorded at or after since,
-	// oldest first.
+	// QueueSamples reads one queue's counts at every round recorded at or
+	// after since, oldest first (FillSamples): a round before the queue's
+	// first sample has none.
 	QueueSamples(ctx context.Context, queueID string, since time.Time) ([]QueueSample, error)
 
 	// Maintain does the background work: dead-letter moves of expired

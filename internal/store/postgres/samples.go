@@ -10,23 +10,34 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// queueSampleQuery records one sample of every consumer queue under $1, as
-// of $2, in one statement, counting as queueStatsQuery does (the counter
-// rows of each queue and its heads out, not its messages). When the
-// interval $1 holds a sample already (another node took it), nothing is
-// counted; nodes that sample it at the same moment write it once, by the
-// primary key.
+// queueSampleQuery records a sample under $1 of every consumer queue whose
+// counts as of $2 (counted as queueStatsQuery does: the counter rows of
+// each queue and its heads out, not its messages) differ from its latest
+// sample, in one statement (the round $1 is recorded before it, in the
+// same transaction). Nodes that sample the same interval at the same moment
+// write it once: the second waits on the round's key and finds it taken.
 const queueSampleQuery = `INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-	SELECT c.id, $1, greatest(0, qk.messages - qs.in_flight - qs.delayed), qs.in_flight, qs.delayed, qk.dead_letters
-	FROM connections c` + queueTotalsFrom + `
-	WHERE c.kind = 'consumer' AND NOT EXISTS (SELECT 1 FROM queue_samples WHERE at = $1)
+	SELECT n.id, $1, n.ready, n.in_flight, n.delayed, n.dead_letters
+	FROM (SELECT c.id, greatest(0, qk.messages - qs.in_flight - qs.delayed) AS ready, qs.in_flight, qs.delayed, qk.dead_letters
+		FROM connections c` + queueTotalsFrom + `
+		WHERE c.kind = 'consumer') n
+	LEFT JOIN LATERAL (SELECT l.ready, l.in_flight, l.delayed, l.dead_letters FROM queue_samples l
+		WHERE l.queue_id = n.id ORDER BY l.at DESC LIMIT 1) p ON true
+	WHERE (p.ready, p.in_flight, p.delayed, p.dead_letters) IS DISTINCT FROM (n.ready, n.in_flight, n.delayed, n.dead_letters)
 	ON CONFLICT (queue_id, at) DO NOTHING`
 
-// QueueSample records one sample of every consumer queue in one statement.
+// QueueSample records the round p.At and a sample of every consumer queue
+// whose counts changed, in one transaction; nothing when the round is
+// recorded already.
 func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int, error) {
 	var n int
 	err := s.run(ctx, false, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, queueSampleQuery, ms(p.At), ms(p.Now))
+		n = 0
+		tag, err := tx.Exec(ctx, `INSERT INTO sample_rounds (at) VALUES ($1) ON CONFLICT (at) DO NOTHING`, ms(p.At))
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // or sampled already
+		}
+		tag, err = tx.Exec(ctx, queueSampleQuery, ms(p.At), ms(p.Now))
 		n = int(tag.RowsAffected())
 		return err
 	})
@@ -36,11 +47,17 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 	return n, nil
 }
 
-// QueueSamplePrune deletes the samples recorded before before.
+// QueueSamplePrune deletes the rounds recorded before before, and each
+// queue's samples recorded before it except the latest at or before it
+// (which the rounds after before still carry forward).
 func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, error) {
 	var n int
 	err := s.run(ctx, false, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM queue_samples WHERE at < $1`, ms(before))
+		if _, err := tx.Exec(ctx, `DELETE FROM sample_rounds WHERE at < $1`, ms(before)); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM queue_samples q WHERE q.at < $1 AND EXISTS (SELECT 1 FROM queue_samples l
+			WHERE l.queue_id = q.queue_id AND l.at > q.at AND l.at <= $1)`, ms(before))
 		n = int(tag.RowsAffected())
 		return err
 	})
@@ -50,23 +67,39 @@ func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, er
 	return n, nil
 }
 
-// QueueSamples reads one queue's samples recorded at or after since, oldest
-// first.
+// QueueSamples reads one queue's counts at each round recorded at or after
+// since, oldest first: its samples from the latest one at or before since,
+// carried forward over the rounds (bus.FillSamples).
 func (s *Store) QueueSamples(ctx context.Context, queueID string, since time.Time) ([]bus.QueueSample, error) {
 	var out []bus.QueueSample
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT at, ready, in_flight, delayed, dead_letters FROM queue_samples
-			WHERE queue_id = $1 AND at >= $2 ORDER BY at`, queueID, ms(since))
+		rows, err := tx.Query(ctx, `SELECT at FROM sample_rounds WHERE at >= $1 ORDER BY at`, ms(since))
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.QueueSample, error) {
+		rounds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Time, error) {
+			var at int64
+			err := r.Scan(&at)
+			return fromMS(at), err
+		})
+		if err != nil || len(rounds) == 0 {
+			out = nil
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT at, ready, in_flight, delayed, dead_letters FROM queue_samples
+			WHERE queue_id = $1 AND at >= coalesce((SELECT max(at) FROM queue_samples WHERE queue_id = $1 AND at <= $2), $2)
+			ORDER BY at`, queueID, ms(since))
+		if err != nil {
+			return err
+		}
+		samples, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.QueueSample, error) {
 			var q bus.QueueSample
 			var at int64
 			err := r.Scan(&at, &q.Ready, &q.InFlight, &q.Delayed, &q.DeadLetters)
 			q.At = fromMS(at)
 			return q, err
 		})
+		out = bus.FillSamples(rounds, samples)
 		return err
 	})
 	if err != nil {

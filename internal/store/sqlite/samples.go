@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -16,31 +17,64 @@ import (
 // took tens of milliseconds every 10 s).
 const sampleChunk = 500
 
-// QueueSample records one sample of every consumer queue under p.At, as
-// of p.Now, counting as QueueStats does (in flight and delayed from the
-// writer's index of the queues it holds), in transactions of the writer of
-// sampleChunk queues each, in the order of their ids. When the interval
-// p.At holds any sample already as the first one starts, nothing is
-// counted or written. A node stopped between two of them leaves the rest
-// of that interval unsampled (the samples are only a chart).
+// sampleCounts are the counts a sample holds.
+type sampleCounts struct{ ready, inFlight, delayed, deadLetters int64 }
+
+// lastSamples remembers each queue's latest sample as committed, so that
+// QueueSample compares a queue's counts without reading its samples each
+// interval. Only this process writes the file (lockfile.go); an entry is
+// set only after the transaction that wrote the sample committed, and a
+// queue without an entry reads its latest sample from the table.
+type lastSamples struct {
+	mu sync.Mutex
+	m  map[string]sampleCounts
+}
+
+func (l *lastSamples) get(id string) (sampleCounts, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.m[id]
+	return c, ok
+}
+
+func (l *lastSamples) set(written map[string]sampleCounts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[string]sampleCounts)
+	}
+	for id, c := range written {
+		l.m[id] = c
+	}
+}
+
+// QueueSample records the round p.At and a sample of every consumer queue
+// whose counts as of p.Now (counted as QueueStats does: in flight and
+// delayed from the writer's index of the queues it holds) differ from its
+// latest sample, in transactions of the writer of sampleChunk queues each,
+// in the order of their ids. When the round p.At is recorded already as
+// the first one starts, nothing is counted or written. A node stopped
+// between two of them leaves the rest of that round carried forward from
+// the queues' earlier samples (the samples are only a chart).
 func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int, error) {
-	var total int64
+	var total int
 	after := ""
+	written := make(map[string]sampleCounts)
 	for first := true; ; first = false {
-		var n int64
 		var last string
 		var more bool
+		clear(written)
 		err := s.w.do(ctx, func(d *dbq) error {
-			n, last, more = 0, "", false
+			last, more = "", false
+			clear(written)
 			at, now := ms(p.At), ms(p.Now)
 			if first {
-				var one int
-				err := d.row(`SELECT 1 FROM queue_samples WHERE at = ? LIMIT 1`, at).Scan(&one)
-				if err == nil {
-					return nil
-				}
-				if !errors.Is(err, sql.ErrNoRows) {
+				k, err := d.affected(`INSERT INTO sample_rounds (at) VALUES (?) ON CONFLICT (at) DO NOTHING`, at)
+				if err != nil {
 					return interpretError(err)
+				}
+				if k == 0 {
+					return nil // sampled already
 				}
 			}
 			rows, err := d.query(`SELECT c.id, coalesce(k.messages, 0), coalesce(k.dead_letters, 0)
@@ -62,18 +96,34 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 			if err := rows.Err(); err != nil {
 				return interpretError(err)
 			}
+			if len(cs) == 0 {
+				return nil
+			}
 			for i := range cs {
 				c := &cs[i]
 				if err := c.finish(d, nil, now); err != nil {
 					return err
 				}
-				k, err := d.affected(`INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-					VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, at) DO NOTHING`,
-					c.id, at, c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters)
-				if err != nil {
+				now := sampleCounts{c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters}
+				prev, ok := s.samples.get(c.id)
+				if !ok {
+					err := d.row(`SELECT ready, in_flight, delayed, dead_letters FROM queue_samples
+						WHERE queue_id = ? ORDER BY at DESC LIMIT 1`, c.id).Scan(&prev.ready, &prev.inFlight, &prev.delayed, &prev.deadLetters)
+					if err != nil && !errors.Is(err, sql.ErrNoRows) {
+						return interpretError(err)
+					}
+					ok = err == nil
+				}
+				if ok && prev == now {
+					continue
+				}
+				if _, err := d.exec(`INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
+					VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, at) DO UPDATE SET ready = excluded.ready,
+					in_flight = excluded.in_flight, delayed = excluded.delayed, dead_letters = excluded.dead_letters`,
+					c.id, at, now.ready, now.inFlight, now.delayed, now.deadLetters); err != nil {
 					return interpretError(err)
 				}
-				n += k
+				written[c.id] = now
 			}
 			if len(cs) == sampleChunk {
 				last, more = cs[len(cs)-1].id, true
@@ -83,20 +133,28 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 		if err != nil {
 			return 0, fmt.Errorf("queue sample: %w", err)
 		}
-		total += n
+		s.samples.set(written)
+		total += len(written)
 		if !more {
-			return int(total), nil
+			return total, nil
 		}
 		after = last
 	}
 }
 
-// QueueSamplePrune deletes the samples recorded before before.
+// QueueSamplePrune deletes the rounds recorded before before, and each
+// queue's samples recorded before it except the latest at or before it
+// (which the rounds after before still carry forward).
 func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.w.do(ctx, func(d *dbq) error {
+		b := ms(before)
+		if _, err := d.exec(`DELETE FROM sample_rounds WHERE at < ?`, b); err != nil {
+			return interpretError(err)
+		}
 		var err error
-		n, err = d.affected(`DELETE FROM queue_samples WHERE at < ?`, ms(before))
+		n, err = d.affected(`DELETE FROM queue_samples WHERE at < ? AND EXISTS (SELECT 1 FROM queue_samples l
+			WHERE l.queue_id = queue_samples.queue_id AND l.at > queue_samples.at AND l.at <= ?)`, b, b)
 		return interpretError(err)
 	})
 	if err != nil {
@@ -105,18 +163,42 @@ func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, er
 	return int(n), nil
 }
 
-// QueueSamples reads one queue's samples recorded at or after since, oldest
-// first.
+// QueueSamples reads one queue's counts at each round recorded at or after
+// since, oldest first: its samples from the latest one at or before since,
+// carried forward over the rounds (bus.FillSamples).
 func (s *Store) QueueSamples(ctx context.Context, queueID string, since time.Time) ([]bus.QueueSample, error) {
 	var out []bus.QueueSample
 	err := s.read(ctx, func(d *dbq) error {
 		out = nil
-		rows, err := d.query(`SELECT at, ready, in_flight, delayed, dead_letters FROM queue_samples
-			WHERE queue_id = ? AND at >= ? ORDER BY at`, queueID, ms(since))
+		from := ms(since)
+		rows, err := d.query(`SELECT at FROM sample_rounds WHERE at >= ? ORDER BY at`, from)
+		if err != nil {
+			return interpretError(err)
+		}
+		var rounds []time.Time
+		for rows.Next() {
+			var at int64
+			if err := rows.Scan(&at); err != nil {
+				_ = rows.Close()
+				return interpretError(err)
+			}
+			rounds = append(rounds, fromMS(at))
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return interpretError(err)
+		}
+		if len(rounds) == 0 {
+			return nil
+		}
+		rows, err = d.query(`SELECT at, ready, in_flight, delayed, dead_letters FROM queue_samples
+			WHERE queue_id = ? AND at >= coalesce((SELECT max(at) FROM queue_samples WHERE queue_id = ? AND at <= ?), ?)
+			ORDER BY at`, queueID, queueID, from, from)
 		if err != nil {
 			return interpretError(err)
 		}
 		defer rows.Close()
+		var samples []bus.QueueSample
 		for rows.Next() {
 			var q bus.QueueSample
 			var at int64
@@ -124,9 +206,13 @@ func (s *Store) QueueSamples(ctx context.Context, queueID string, since time.Tim
 				return interpretError(err)
 			}
 			q.At = fromMS(at)
-			out = append(out, q)
+			samples = append(samples, q)
 		}
-		return interpretError(rows.Err())
+		if err := rows.Err(); err != nil {
+			return interpretError(err)
+		}
+		out = bus.FillSamples(rounds, samples)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue samples: %w", err)

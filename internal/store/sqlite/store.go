@@ -32,6 +32,8 @@ type Store struct {
 
 	// routes keeps the compiled routing of recently used workspaces.
 	routes bus.RouteCache
+	// samples holds each queue's latest committed sample (samples.go).
+	samples lastSamples
 
 	closed    atomic.Bool
 	closeOnce sync.Once

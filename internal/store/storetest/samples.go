@@ -15,6 +15,8 @@ var sampleTests = []test{
 	{"ConcurrentSamplersWriteOnce", testSampleConcurrent},
 	{"Since", testSamplesSince},
 	{"Prune", testSamplePrune},
+	{"UnchangedCarriedForward", testSampleUnchanged},
+	{"PruneKeepsLatest", testSamplePruneKeepsLatest},
 	{"GoWithTheirConnection", testSamplesDeleted},
 }
 
@@ -225,26 +227,108 @@ func testSamplesSince(e *env) {
 	e.wantSamples("no-such-queue", T0)
 }
 
-// testSamplePrune: pruning deletes the samples recorded before a time, of
-// every queue, and says how many.
+// testSamplePrune: pruning deletes the rounds recorded before a time and
+// the samples before it that a later one replaces, of every queue, and
+// says how many.
 func testSamplePrune(e *env) {
 	f := e.fixture(5)
-	e.consumer(f.WS, 5, "som.>")
+	idle := e.consumer(f.WS, 5, "nothing.matches")
 	for i := range 4 {
 		t := at(time.Duration(i) * 10 * time.Second)
+		e.pub(f, t, "s", "m"+string(rune('0'+i)))
 		e.sample(t, t)
 	}
 	n, err := e.s.QueueSamplePrune(e.ctx, at(20*time.Second))
 	if err != nil {
 		e.t.Fatalf("QueueSamplePrune: %v", err)
 	}
-	if n != 4 {
-		e.t.Fatalf("QueueSamplePrune deleted %d, want 4 (2 intervals of 2 queues)", n)
+	// f.Q's samples of 0 s and 10 s go (the one of 20 s replaces them);
+	// the idle queue's only sample, of 0 s, stays: it carries forward.
+	if n != 2 {
+		e.t.Fatalf("QueueSamplePrune deleted %d, want 2 (2 intervals of the busy queue)", n)
 	}
-	e.wantSamples(f.Q, T0, bus.QueueSample{At: at(20 * time.Second)}, bus.QueueSample{At: at(30 * time.Second)})
+	e.wantSamples(f.Q, T0, bus.QueueSample{At: at(20 * time.Second), Ready: 3}, bus.QueueSample{At: at(30 * time.Second), Ready: 4})
+	e.wantSamples(idle, T0, bus.QueueSample{At: at(20 * time.Second)}, bus.QueueSample{At: at(30 * time.Second)})
 	if n, err := e.s.QueueSamplePrune(e.ctx, at(20*time.Second)); err != nil || n != 0 {
 		e.t.Fatalf("QueueSamplePrune again = %d, %v; want 0, nil", n, err)
 	}
+}
+
+// testSampleUnchanged: a queue whose counts did not change since its
+// latest sample writes none, and reads the same counts at every round
+// after it; a round no caller recorded (no node ran) stays a gap; counts
+// that change with time alone (a visibility running out) are sampled.
+func testSampleUnchanged(e *env) {
+	f := e.fixture(5)
+	e.pub(f, T0, "a", "a1", "a2")
+	if n := e.sample(at(10*time.Second), at(10*time.Second)); n != 1 {
+		e.t.Fatalf("first QueueSample wrote %d, want 1", n)
+	}
+	if n := e.sample(at(20*time.Second), at(20*time.Second)); n != 0 {
+		e.t.Fatalf("QueueSample of an unchanged queue wrote %d, want 0", n)
+	}
+	// 30 s: no round. 40 s: a1 taken for 15 s.
+	ds := e.receive(f.Q, 1, 15*time.Second, at(40*time.Second))
+	wantIDs(e.t, ds, "a1")
+	if n := e.sample(at(40*time.Second), at(40*time.Second)); n != 1 {
+		e.t.Fatalf("QueueSample after a receive wrote %d, want 1", n)
+	}
+	// 60 s: the visibility ran out with no write: a1 is ready again.
+	if n := e.sample(at(60*time.Second), at(60*time.Second)); n != 1 {
+		e.t.Fatalf("QueueSample after the visibility ran out wrote %d, want 1", n)
+	}
+	if n := e.sample(at(70*time.Second), at(70*time.Second)); n != 0 {
+		e.t.Fatalf("QueueSample of an unchanged queue wrote %d, want 0", n)
+	}
+	e.wantSamples(f.Q, T0,
+		bus.QueueSample{At: at(10 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(20 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(40 * time.Second), Ready: 1, InFlight: 1},
+		bus.QueueSample{At: at(60 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(70 * time.Second), Ready: 2})
+	// Since a time between two samples: the earlier one carries.
+	e.wantSamples(f.Q, at(45*time.Second),
+		bus.QueueSample{At: at(60 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(70 * time.Second), Ready: 2})
+	e.wantSamples(f.Q, at(15*time.Second),
+		bus.QueueSample{At: at(20 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(40 * time.Second), Ready: 1, InFlight: 1},
+		bus.QueueSample{At: at(60 * time.Second), Ready: 2},
+		bus.QueueSample{At: at(70 * time.Second), Ready: 2})
+}
+
+// testSamplePruneKeepsLatest: a queue idle for longer than the keep time
+// still reads its counts at the rounds kept, and its one sample is not
+// pruned.
+func testSamplePruneKeepsLatest(e *env) {
+	f := e.fixture(5)
+	e.pub(f, T0, "a", "a1")
+	for i := range 6 {
+		t := at(time.Duration(i) * 10 * time.Second)
+		want := 0 // unchanged after the first
+		if i == 0 {
+			want = 1
+		}
+		if n := e.sample(t, t); n != want {
+			e.t.Fatalf("QueueSample at %ds wrote %d, want %d", i*10, n, want)
+		}
+	}
+	for _, before := range []time.Duration{30 * time.Second, 50 * time.Second, 50 * time.Second} {
+		if n, err := e.s.QueueSamplePrune(e.ctx, at(before)); err != nil || n != 0 {
+			e.t.Fatalf("QueueSamplePrune(%s) = %d, %v; want 0, nil (the only sample carries forward)", before, n, err)
+		}
+	}
+	e.wantSamples(f.Q, T0, bus.QueueSample{At: at(50 * time.Second), Ready: 1})
+	// Once it changes, the new sample replaces the old one at the next
+	// prune past it.
+	e.pub(f, at(55*time.Second), "b", "b1")
+	if n := e.sample(at(60*time.Second), at(60*time.Second)); n != 1 {
+		e.t.Fatalf("QueueSample after a change wrote %d, want 1", n)
+	}
+	if n, err := e.s.QueueSamplePrune(e.ctx, at(60*time.Second)); err != nil || n != 1 {
+		e.t.Fatalf("QueueSamplePrune past the new sample = %d, %v; want 1, nil", n, err)
+	}
+	e.wantSamples(f.Q, T0, bus.QueueSample{At: at(60 * time.Second), Ready: 2})
 }
 
 // testSamplesDeleted: removing a connection removes its samples.
