@@ -12,7 +12,9 @@ import (
 
 // DefaultCheckTTL is how long the Checker trusts what it read about a
 // connection. With 10 s, a change made on another node (a revoke, a
-// rotation) reaches this node's checks well within the 30 seconds the contract allows.
+// rotation) reaches this node's checks well within the 30 seconds the contract allows;
+// a state past it may still answer checks while its workspace is read
+// again, up to staleCheckLimit after it was read.
 const DefaultCheckTTL = 10 * time.Second
 
 // maxCachedConnections bounds the Checker's cache.
