@@ -248,18 +248,22 @@ func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint6
 	st := connState{} // removed, unless listed
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// An entry is replaced only when no Invalidate ran meanwhile (the list
+	// may predate the change) and it was not read after now (by a check of
+	// its own: that read may be the newer).
+	update := func(id string, st connState) {
+		if e, ok := c.cache[id]; ok && c.gen == gen && e.fetchedAt.Before(now) {
+			c.cache[id] = cacheEntry{state: st, fetchedAt: now}
+		}
+	}
 	for _, conn := range conns {
 		cs := stateOf(conn)
 		if conn.ID == id {
 			st = cs
 		}
-		if _, ok := c.cache[conn.ID]; ok && c.gen == gen { // else an Invalidate ran meanwhile
-			c.cache[conn.ID] = cacheEntry{state: cs, fetchedAt: now}
-		}
+		update(conn.ID, cs)
 	}
-	if _, ok := c.cache[id]; ok && c.gen == gen {
-		c.cache[id] = cacheEntry{state: st, fetchedAt: now}
-	}
+	update(id, st)
 	return st, true
 }
 
