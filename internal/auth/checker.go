@@ -12,11 +12,19 @@ import (
 
 // DefaultCheckTTL is how long the Checker trusts what it read about a
 // connection. With 10 s, a change made on another node (a revoke, a
-// rotation) reaches this node's checks well within the 30 seconds the contract allows.
+// rotation) reaches this node's checks well within the 30 seconds the contract allows;
+// a state past it may still answer checks while its workspace is read
+// again, up to staleCheckLimit after it was read.
 const DefaultCheckTTL = 10 * time.Second
 
 // maxCachedConnections bounds the Checker's cache.
 const maxCachedConnections = 100_000
+
+// staleCheckLimit is how long after it was read a connection's state may
+// still answer a check while its workspace's states are read again (see
+// state): within the 30 seconds the contract allows a change to take, with
+// room for the read itself.
+const staleCheckLimit = 25 * time.Second
 
 // connState is what a check needs to know about a connection.
 type connState struct {
@@ -48,13 +56,16 @@ type Checker struct {
 	// gen counts Invalidate calls: a store read that started before one
 	// may have seen the state before the change, so it is not cached.
 	gen uint64
+	// refreshing holds the workspaces whose cached states a check is
+	// reading again (refreshWorkspace).
+	refreshing map[string]struct{}
 }
 
 // NewChecker returns a checker that verifies tokens with signer and reads
 // connections from store, trusting what it read for ttl (DefaultCheckTTL in
 // the server; 0 reads the store on every check).
 func NewChecker(store bus.Store, signer *Signer, clock bus.Clock, ttl time.Duration) *Checker {
-	return &Checker{store: store, signer: signer, clock: clock, ttl: ttl, cache: make(map[string]cacheEntry)}
+	return &Checker{store: store, signer: signer, clock: clock, ttl: ttl, cache: make(map[string]cacheEntry), refreshing: make(map[string]struct{})}
 }
 
 // Check verifies token for a route that needs role, in workspace tenant
@@ -142,18 +153,43 @@ func (c *Checker) Invalidate(connectionID string) {
 
 // state returns the connection's state from the cache when it was read less
 // than ttl ago, else from the store.
+//
+// A state read longer ago, but less than staleCheckLimit, is read again
+// with its whole workspace's (refreshWorkspace): one store read brings
+// every cached connection of the workspace up to date, and the checks of
+// that workspace that come while it runs use the states they had. Without
+// it, clients that come back less often than ttl (long polls re-issued
+// every 20 s when nothing arrives) each cost a read of their own, and
+// polls that were opened together come back together: ten thousand store
+// reads within seconds, which delayed the publishes and answers made
+// meanwhile.
 func (c *Checker) state(ctx context.Context, id string) (connState, error) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	e, ok := c.cache[id]
 	// An entry is fresh for ttl after it was read. A clock that went back
 	// (now before fetchedAt) also counts as stale, so no entry lives forever.
-	if ok && now.Sub(e.fetchedAt) < c.ttl && !now.Before(e.fetchedAt) {
+	age := now.Sub(e.fetchedAt)
+	if ok && !now.Before(e.fetchedAt) && age < c.ttl {
 		c.mu.Unlock()
 		return e.state, nil
 	}
 	gen := c.gen
-	c.mu.Unlock()
+	if ws := e.state.workspaceID; ok && !now.Before(e.fetchedAt) && age < staleCheckLimit && e.state.exists && ws != "" {
+		if _, busy := c.refreshing[ws]; busy {
+			c.mu.Unlock()
+			return e.state, nil // the check that refreshes reads it again
+		}
+		c.refreshing[ws] = struct{}{}
+		c.mu.Unlock()
+		if st, ok := c.refreshWorkspace(ctx, ws, id, gen, now); ok {
+			return st, nil
+		}
+		// The workspace could not be read: read the connection alone, as
+		// if it had not been cached.
+	} else {
+		c.mu.Unlock()
+	}
 
 	// Read outside the lock: a slow store must not hold up other checks.
 	// Two checks missing on the same id at once both read; that is fine.
@@ -167,14 +203,7 @@ func (c *Checker) state(ctx context.Context, id string) (connState, error) {
 		if err != nil {
 			return err
 		}
-		st = connState{
-			exists:            true,
-			kind:              conn.Kind,
-			workspaceID:       conn.WorkspaceID,
-			status:            conn.Status,
-			credentialVersion: conn.CredentialVersion,
-			quotaTier:         conn.QuotaTier,
-		}
+		st = stateOf(conn)
 		return nil
 	})
 	if err != nil {
@@ -194,11 +223,67 @@ func (c *Checker) state(ctx context.Context, id string) (connState, error) {
 	return st, nil
 }
 
-// evictLocked drops stale entries and, if the cache is still full, half of
-// the rest (any half: they are only re-read from the store).
+// refreshWorkspace reads the connections of workspace ws again and brings
+// the cached states of those among them that are cached up to date (as
+// read at now, before the read began); it returns the state of id, false
+// when the store could not be read. A connection missing from the list was
+// removed.
+func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint64, now time.Time) (connState, bool) {
+	var conns []bus.Connection
+	err := func() error {
+		defer func() {
+			c.mu.Lock()
+			delete(c.refreshing, ws)
+			c.mu.Unlock()
+		}()
+		return c.store.View(ctx, func(tx bus.Tx) error {
+			var err error
+			conns, err = tx.ConnectionList(ws, "")
+			return err
+		})
+	}()
+	if err != nil {
+		return connState{}, false
+	}
+	st := connState{} // removed, unless listed
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// An entry is replaced only when no Invalidate ran meanwhile (the list
+	// may predate the change) and it was not read after now (by a check of
+	// its own: that read may be the newer).
+	update := func(id string, st connState) {
+		if e, ok := c.cache[id]; ok && c.gen == gen && e.fetchedAt.Before(now) {
+			c.cache[id] = cacheEntry{state: st, fetchedAt: now}
+		}
+	}
+	for _, conn := range conns {
+		cs := stateOf(conn)
+		if conn.ID == id {
+			st = cs
+		}
+		update(conn.ID, cs)
+	}
+	update(id, st)
+	return st, true
+}
+
+func stateOf(conn bus.Connection) connState {
+	return connState{
+		exists:            true,
+		kind:              conn.Kind,
+		workspaceID:       conn.WorkspaceID,
+		status:            conn.Status,
+		credentialVersion: conn.CredentialVersion,
+		quotaTier:         conn.QuotaTier,
+	}
+}
+
+// evictLocked drops entries too old to answer a check and, if the cache is
+// still full, half of the rest (any half: they are only re-read from the
+// store).
 func (c *Checker) evictLocked(now time.Time) {
 	for id, e := range c.cache {
-		if now.Sub(e.fetchedAt) >= c.ttl || now.Before(e.fetchedAt) {
+		if now.Sub(e.fetchedAt) >= max(c.ttl, staleCheckLimit) || now.Before(e.fetchedAt) {
 			delete(c.cache, id)
 		}
 	}

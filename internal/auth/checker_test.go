@@ -276,3 +276,108 @@ func TestCheckVerifiedTokenStillExpires(t *testing.T) {
 		t.Fatal("tampered token accepted")
 	}
 }
+
+// A state older than the TTL but younger than staleCheckLimit is read
+// again with its workspace's: one read brings the workspace's other cached
+// connections up to date, a change made meanwhile is seen by the check
+// that reads, and a connection missing from the workspace was removed.
+func TestCheckStaleRefreshesWorkspace(t *testing.T) {
+	e := newCheckEnv(t)
+	a, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	b := e.store.get(a.ID)
+	b.ID = bus.NewID(bus.PrefixConnection)
+	e.store.put(b)
+	c := b
+	c.ID = bus.NewID(bus.PrefixConnection)
+	e.store.put(c)
+	ta, tb, tc := e.token(t, a), e.token(t, b), e.token(t, c)
+	for _, x := range []struct {
+		tok string
+		c   bus.Connection
+	}{{ta, a}, {tb, b}, {tc, c}} {
+		if err := checkErr(e, x.tok, x.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Another node revokes a's secret and removes c.
+	a2 := e.store.get(a.ID)
+	a2.CredentialVersion++
+	e.store.put(a2)
+	e.store.remove(c.ID)
+
+	e.clock.Advance(DefaultCheckTTL + 5*time.Second)
+	views := e.store.viewCount()
+	wantRefusal(t, checkErr(e, ta, a), bus.RuleUnauthenticated)
+	if n := e.store.viewCount() - views; n != 1 {
+		t.Fatalf("%d store reads, want 1 (the workspace)", n)
+	}
+	// b was read with it.
+	if err := checkErr(e, tb, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.store.viewCount() - views; n != 1 {
+		t.Fatalf("%d store reads, want 1 (b was fresh)", n)
+	}
+	// c, missing from the list, is still stale: its own check reads the
+	// workspace again and finds it removed.
+	wantRefusal(t, checkErr(e, tc, c), bus.RuleNotRegistered)
+	if n := e.store.viewCount() - views; n != 2 {
+		t.Fatalf("%d store reads, want 2", n)
+	}
+
+	// Past staleCheckLimit a state is read alone again.
+	e.clock.Advance(staleCheckLimit)
+	views = e.store.viewCount()
+	if err := checkErr(e, tb, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.store.viewCount() - views; n != 1 {
+		t.Fatalf("%d store reads, want 1", n)
+	}
+}
+
+// While a workspace is read again, its other stale states answer checks
+// (within staleCheckLimit of their read); one the store cannot list is
+// read alone.
+func TestCheckStaleWhileRefreshing(t *testing.T) {
+	e := newCheckEnv(t)
+	a, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	tok := e.token(t, a)
+	if err := checkErr(e, tok, a); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(DefaultCheckTTL)
+	e.checker.mu.Lock()
+	e.checker.refreshing[a.WorkspaceID] = struct{}{}
+	e.checker.mu.Unlock()
+	views := e.store.viewCount()
+	a2 := e.store.get(a.ID)
+	a2.Status = bus.StatusRevoked
+	e.store.put(a2)
+	if err := checkErr(e, tok, a); err != nil {
+		t.Fatalf("stale state while its workspace is read: %v", err)
+	}
+	if e.store.viewCount() != views {
+		t.Fatal("read the store while its workspace is read")
+	}
+	e.checker.mu.Lock()
+	delete(e.checker.refreshing, a.WorkspaceID)
+	e.checker.mu.Unlock()
+	wantRefusal(t, checkErr(e, tok, a), bus.RuleNotRegistered)
+
+	// The store fails: the error, as for any read.
+	e.clock.Advance(DefaultCheckTTL)
+	e.store.mu.Lock()
+	e.store.fail = bus.ErrUnavailable
+	e.store.mu.Unlock()
+	if err := checkErr(e, tok, a); !errors.Is(err, bus.ErrUnavailable) {
+		t.Fatalf("err = %v, want unavailable", err)
+	}
+	e.checker.mu.Lock()
+	n := len(e.checker.refreshing)
+	e.checker.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d workspaces still marked as being read", n)
+	}
+}

@@ -86,6 +86,18 @@ func (t *fakeTx) ConnectionGet(id string) (bus.Connection, error) {
 	return c, nil
 }
 
+// ConnectionList lists the workspace's connections (in no order: the
+// Checker does not need one).
+func (t *fakeTx) ConnectionList(workspaceID string, kind bus.ConnectionKind) ([]bus.Connection, error) {
+	var out []bus.Connection
+	for _, c := range t.s.conns {
+		if c.WorkspaceID == workspaceID && (kind == "" || c.Kind == kind) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 func (t *fakeTx) SigningKeyList() ([]bus.SigningKey, error) {
 	return append([]bus.SigningKey(nil), t.s.keys...), nil
 }

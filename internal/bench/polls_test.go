@@ -35,6 +35,12 @@ package bench
 // table's RSS and CPU are then the nodes' sums; each node's own figures
 // are logged ("node i: ...").
 //
+// SOMBUS_POLLS_DEBUG=1 logs each sample slower than 10 ms: when it was sent
+// (seconds since the first poll was sent, and into the polls' wait: polls
+// opened together expire together, wait seconds apart), its publish
+// request's own time, and how many other polls were answered meanwhile
+// (the expired polls' answers, when a wave of them is re-issued).
+//
 // SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
 // measuring (past the runtime's forced GC, every 2 minutes); there is no
 // quiet window then, only the steady state's slices without answers.
@@ -688,6 +694,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 			env := servertest.Envelope(id, "story-"+id, map[string]any{"n": k})
 			env["message_type"] = q.messageType
 			t0 := time.Now()
+			a0 := l.answers.Load()
 			if err := nodes[k%count].call(ctx, "POST", "/v1/tenants/"+q.ws+"/messages", q.producerTok, env, nil, 202); err != nil {
 				return err
 			}
@@ -696,6 +703,10 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 			case at := <-ch:
 				mu.Lock()
 				lat = append(lat, at.Sub(t0))
+				if os.Getenv("SOMBUS_POLLS_DEBUG") != "" && at.Sub(t0) > 10*time.Millisecond {
+					t.Logf("slow sample %d: at %.3fs after the first poll (%.3f into its wait), answer %.2f ms, publish %.2f ms, %d other answers meanwhile, now %s",
+						k, t0.Sub(firstSent).Seconds(), float64(t0.Sub(firstSent)%(time.Duration(wait)*time.Second))/1e9, float64(at.Sub(t0).Microseconds())/1000, float64(tp.Microseconds())/1000, l.answers.Load()-a0-1, t0.UTC().Format("15:04:05.000"))
+				}
 				pub = append(pub, tp)
 				perLat[k%count] = append(perLat[k%count], at.Sub(t0))
 				if j%count == k%count { // poll j is on node j % count (one poll a queue)

@@ -304,8 +304,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// shared by every node; on SQLite (one node) they are kept in process.
 	// Signing keys and the handle MAC key are in the store either way;
 	// credential changes made on another node reach this one's checks when
-	// the Checker's cache entry expires (CheckTTL, 10 s), within the HTTP contract's
-	// 30 seconds.
+	// the Checker's cache entry expires (CheckTTL, 10 s; read again with its
+	// workspace within 25 s), within the HTTP contract's 30 seconds.
 	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
 	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
 	if st, ok := opened.(RateLimiterStore); ok {
