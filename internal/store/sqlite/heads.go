@@ -44,6 +44,10 @@ type heads struct {
 	// loaded) in the open transaction: after its commit, the writer
 	// publishes their out sets to snaps (publish).
 	touched map[string]*headQueue
+	// firstTouched holds the queues whose story heads changed in the open
+	// transaction: after its commit, the writer publishes their earliest
+	// visible_at to snaps (publish).
+	firstTouched map[string]*headQueue
 	// snaps are the committed out sets the read pool counts from.
 	snaps *outSnaps
 	// swept is set once every consumer queue was loaded since the last
@@ -85,6 +89,11 @@ func outLess(a, b outHead) bool {
 type outSnaps struct {
 	mu sync.RWMutex
 	m  map[string]*btree.BTreeG[outHead]
+	// first holds, per queue in m, the earliest visible_at of its story
+	// heads as of the same commit (math.MaxInt64 when it has no story), so
+	// that a receive can tell that nothing is visible without the writer
+	// (idle).
+	first map[string]int64
 	// gen is odd from just before the writer's COMMIT until the out sets
 	// of that commit are published (or the commit failed and they were
 	// dropped), even otherwise: a read of the tables and of m made while
@@ -112,7 +121,24 @@ func (o *outSnaps) want(queueID string) {
 	}()
 }
 
-func newOutSnaps() *outSnaps { return &outSnaps{m: make(map[string]*btree.BTreeG[outHead])} }
+func newOutSnaps() *outSnaps {
+	return &outSnaps{m: make(map[string]*btree.BTreeG[outHead]), first: make(map[string]int64)}
+}
+
+// idle reports whether, as of the writer's last commit that changed the
+// queue, none of its story heads is visible at now; next is then the
+// earliest time one becomes visible (math.MaxInt64 when it has no story).
+// False when the queue has no published state (not loaded, or dropped).
+//
+// A commit that made a head visible and is not published yet is not seen:
+// a caller that waits for the queue's wake-ups registers before it looks,
+// and the wake-up for that commit comes after its publication.
+func (o *outSnaps) idle(queueID string, now int64) (next int64, ok bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	next, ok = o.first[queueID]
+	return next, ok && next > now
+}
 
 // get returns the committed out set of a queue, nil if none is published.
 // The tree is never changed again: readers may walk it concurrently.
@@ -177,7 +203,7 @@ type headQueue struct {
 
 func newHeads() *heads {
 	return &heads{queues: make(map[string]*headQueue), limits: make(map[string]int),
-		touched: make(map[string]*headQueue), snaps: newOutSnaps()}
+		touched: make(map[string]*headQueue), firstTouched: make(map[string]*headQueue), snaps: newOutSnaps()}
 }
 
 func newHeadQueue(h *heads, id string) *headQueue {
@@ -211,15 +237,19 @@ func (h *heads) commitEnds() {
 }
 
 func (h *heads) publish() {
-	if h == nil || len(h.touched) == 0 {
+	if h == nil || len(h.touched) == 0 && len(h.firstTouched) == 0 {
 		return
 	}
 	h.snaps.mu.Lock()
 	for id, q := range h.touched {
 		h.snaps.m[id] = q.out.Clone()
 	}
+	for id, q := range h.firstTouched {
+		h.snaps.first[id] = q.firstVisible()
+	}
 	h.snaps.mu.Unlock()
 	clear(h.touched)
+	clear(h.firstTouched)
 }
 
 // unpublish forgets the published out sets of queueID ("" for every
@@ -229,10 +259,14 @@ func (h *heads) unpublish(queueID string) {
 	h.snaps.mu.Lock()
 	if queueID == "" {
 		clear(h.snaps.m)
+		clear(h.snaps.first)
 		clear(h.touched)
+		clear(h.firstTouched)
 	} else {
 		delete(h.snaps.m, queueID)
+		delete(h.snaps.first, queueID)
 		delete(h.touched, queueID)
+		delete(h.firstTouched, queueID)
 	}
 	h.snaps.mu.Unlock()
 }
@@ -300,6 +334,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	// the part it read.
 	failed := func(err error) (*headQueue, error) {
 		delete(h.touched, queueID)
+		delete(h.firstTouched, queueID)
 		return nil, interpretError(err)
 	}
 	for rows.Next() {
@@ -319,6 +354,7 @@ func (h *heads) queue(d *dbq, queueID string) (*headQueue, error) {
 	// fails and its savepoint is rolled back.
 	h.queues[queueID] = q
 	h.touched[queueID] = q // publish it with the next commit
+	h.firstTouched[queueID] = q
 	return q, nil
 }
 
@@ -327,6 +363,7 @@ func (q *headQueue) put(s *head) {
 	q.stories[s.id] = s
 	q.byKey[s.key] = s
 	q.byVis.ReplaceOrInsert(s)
+	q.h.firstTouched[q.id] = q
 	if s.receiveCount > 0 {
 		q.recv.ReplaceOrInsert(s)
 		q.out.ReplaceOrInsert(outHead{visibleAt: s.visibleAt, id: s.id, delayed: s.delayed})
@@ -351,6 +388,7 @@ func (q *headQueue) remove(id int64) {
 	delete(q.stories, id)
 	delete(q.byKey, s.key)
 	q.byVis.Delete(s)
+	q.h.firstTouched[q.id] = q
 	q.recv.Delete(s)
 	q.forgetOut(s)
 }
@@ -362,6 +400,15 @@ func (q *headQueue) update(s *head, fn func(s *head)) {
 	q.forgetOut(s)
 	fn(s)
 	q.put(s)
+}
+
+// firstVisible is the earliest visible_at of the queue's heads,
+// math.MaxInt64 when it has none.
+func (q *headQueue) firstVisible() int64 {
+	if s, ok := q.byVis.Min(); ok {
+		return s.visibleAt
+	}
+	return math.MaxInt64
 }
 
 // nextVisible is the earliest visible_at after now, 0 if none.

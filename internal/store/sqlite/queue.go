@@ -327,6 +327,21 @@ func deadLetterExhausted(d *dbq, q *headQueue, queueID string, limit int, now in
 // MessageReceive claims up to p.Max story heads of a queue, or replays a
 // recent receive with the same attempt id.
 func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	// A receive without an attempt id from a queue none of whose heads is
+	// visible (as of the writer's last commit that changed the queue) takes
+	// nothing and moves nothing: answer it without the writer. Long polls
+	// that come back to an empty queue, thousands at once when they were
+	// opened together, would otherwise each hold the writer for a
+	// transaction, and the publishes queued behind them.
+	if p.AttemptID == "" {
+		if next, ok := s.w.heads.snaps.idle(p.QueueID, ms(p.Now)); ok {
+			res := &bus.ReceiveResult{Deliveries: []bus.Delivery{}}
+			if next != math.MaxInt64 {
+				res.NextVisibleAt = fromMS(next)
+			}
+			return res, nil
+		}
+	}
 	var out *bus.ReceiveResult
 	err := s.w.do(ctx, func(d *dbq) error {
 		var err error

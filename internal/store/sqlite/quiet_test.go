@@ -121,3 +121,67 @@ func TestSweepAfterEveryQueueLoaded(t *testing.T) {
 	}
 	maintain(t0.Add(6*time.Minute), 1)
 }
+
+// TestIdleReceiveSkipsWriter: a receive from a queue none of whose heads is
+// visible is answered without a writer transaction, with the time the next
+// one becomes visible, and sees each commit that makes a head visible:
+// a publish, the visibility running out, a release.
+func TestIdleReceiveSkipsWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	recv := func(at time.Time) *bus.ReceiveResult {
+		t.Helper()
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	idle := func(at time.Time, next time.Time) {
+		t.Helper()
+		c0 := s.w.commits.Load()
+		for range 20 {
+			r := recv(at)
+			if len(r.Deliveries) != 0 || r.Deliveries == nil || !r.NextVisibleAt.Equal(next) {
+				t.Fatalf("receive at %s = %+v, want no delivery and next visible at %v", at.Sub(t0), r, next)
+			}
+		}
+		if c := s.w.commits.Load() - c0; c != 0 {
+			t.Fatalf("20 receives from an idle queue committed %d writer transactions, want none", c)
+		}
+	}
+	if r := recv(t0); len(r.Deliveries) != 0 { // loads the queue
+		t.Fatalf("first receive: %+v", r)
+	}
+	idle(t0, time.Time{})
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Now: t0,
+		Messages: []bus.PublishMessage{msg("m1", "s1")}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t0.Add(time.Second))
+	if len(r.Deliveries) != 1 || r.Deliveries[0].MessageID != "m1" {
+		t.Fatalf("receive after a publish: %+v", r)
+	}
+	// In flight until t0+61s.
+	idle(t0.Add(30*time.Second), t0.Add(61*time.Second))
+	r = recv(t0.Add(61 * time.Second))
+	if len(r.Deliveries) != 1 || r.Deliveries[0].ReceiveCount != 2 {
+		t.Fatalf("receive once the visibility ran out: %+v", r)
+	}
+	// Released with a delay of 10 s at t0+62s, then visible at t0+72s.
+	if _, err := s.MessageNack(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{r.Deliveries[0].Handle},
+		Now: t0.Add(62 * time.Second), Delay: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	idle(t0.Add(63*time.Second), t0.Add(72*time.Second))
+	r = recv(t0.Add(72 * time.Second))
+	if len(r.Deliveries) != 1 || r.Deliveries[0].ReceiveCount != 3 {
+		t.Fatalf("receive after the delay: %+v", r)
+	}
+	if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{r.Deliveries[0].Handle}, Now: t0.Add(73 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	idle(t0.Add(74*time.Second), time.Time{})
+}
