@@ -332,8 +332,9 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 	// nothing and moves nothing: answer it without the writer. Long polls
 	// that come back to an empty queue, thousands at once when they were
 	// opened together, would otherwise each hold the writer for a
-	// transaction, and the publishes queued behind them.
-	if p.AttemptID == "" {
+	// transaction, and the publishes queued behind them. A writer that
+	// failed (or a closed store) answers through do as every write does.
+	if p.AttemptID == "" && s.w.failure() == nil && !s.closed.Load() {
 		if next, ok := s.w.heads.snaps.idle(p.QueueID, ms(p.Now)); ok {
 			res := &bus.ReceiveResult{Deliveries: []bus.Delivery{}}
 			if next != math.MaxInt64 {
