@@ -2,10 +2,11 @@ package sqlite
 
 // ackedFlushRows is how many acknowledged message rows the writer lets
 // gather in acked_messages before it deletes them together. At about three
-// rows to a page, 64 rows span some twenty pages of messages, most of
-// which the delete frees whole (a freed page is not written again) instead
-// of rewriting each of them, and the neighbours SQLite rebalances an
-// under-full page with, at every ack. A var, so that tests can lower it.
+// rows to a page, 64 rows span some twenty pages of messages: one
+// transaction writes each of them (and the neighbours SQLite rebalances an
+// under-full page with) once, where deleting at every ack wrote a page
+// again for each of its rows. (In WAL mode a page the delete empties is
+// written all the same.) A var, so that tests can change it.
 var ackedFlushRows = 64
 
 // ackedRows counts the rows the writer named in acked_messages since its

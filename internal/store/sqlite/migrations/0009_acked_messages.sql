@@ -2,9 +2,9 @@
 -- in acked_messages, in the same transaction that advances their stories,
 -- and the writer deletes the named rows together once a few dozen have
 -- gathered. At depth an ack's rows sit on old pages, about three to a
--- page: deleting them one ack at a time rewrote each page, and its
--- neighbours that SQLite rebalances it with, once per ack, where deleting
--- a run of them frees whole pages that are not written again.
+-- page: deleting them one ack at a time wrote each page, and the
+-- neighbours that SQLite rebalances it with, once per ack; deleting a run
+-- of them writes each page of the run once.
 --
 -- A row named here is no longer a message of its queue: its story's head
 -- is past it (or the story is gone), so it is never delivered again, also
