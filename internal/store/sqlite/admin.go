@@ -40,6 +40,11 @@ func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error)
 		if _, err := attemptLimit(d, p.QueueID); err != nil {
 			return err
 		}
+		// Acknowledged rows waiting to be deleted are not messages of the
+		// queue: they go first, so that n counts only the queue's own.
+		if err := flushAcked(d); err != nil {
+			return err
+		}
 		var err error
 		if n, err = d.affected(`DELETE FROM messages WHERE queue_id = ?`, p.QueueID); err != nil {
 			return interpretError(err)
@@ -345,6 +350,11 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 // out of the story's chain: the message after it points to the one before
 // it, and the story's tail becomes the one before it.
 func dropExpired(d *dbq, cutoff int64) (int, []string, error) {
+	// Acknowledged rows waiting to be deleted are no longer in a story's
+	// chain: they go first, so that only messages are counted and unlinked.
+	if err := flushAcked(d); err != nil {
+		return 0, nil, err
+	}
 	// Queue by queue, each oldest first, through messages_queue: within a
 	// story that is the order of enqueue times, as the unlinking below
 	// needs.

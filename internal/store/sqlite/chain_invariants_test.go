@@ -19,7 +19,8 @@ func checkChains(t *testing.T, s *Store) {
 	t.Helper()
 	err := s.read(context.Background(), func(d *dbq) error {
 		var n int
-		if err := d.row(`SELECT count(*) FROM (SELECT prev FROM messages WHERE prev <> 0 AND id NOT IN (SELECT head_id FROM stories) GROUP BY prev HAVING count(*) > 1)`).Scan(&n); err != nil {
+		if err := d.row(`SELECT count(*) FROM (SELECT prev FROM messages WHERE prev <> 0 AND id NOT IN (SELECT head_id FROM stories)
+			AND id NOT IN (SELECT id FROM acked_messages) GROUP BY prev HAVING count(*) > 1)`).Scan(&n); err != nil {
 			return err
 		}
 		if n != 0 {
@@ -41,7 +42,7 @@ func checkChains(t *testing.T, s *Store) {
 		}
 		rows.Close()
 		for _, x := range ss {
-			r, err := d.query(`SELECT id, prev FROM messages WHERE story_id = ? ORDER BY seq`, x.id)
+			r, err := d.query(`SELECT id, prev FROM messages WHERE story_id = ? AND id NOT IN (SELECT id FROM acked_messages) ORDER BY seq`, x.id)
 			if err != nil {
 				return err
 			}
@@ -69,7 +70,7 @@ func checkChains(t *testing.T, s *Store) {
 			}
 			// The head's prev must not be a live row.
 			var live int
-			if err := d.row(`SELECT count(*) FROM messages WHERE id = ?`, prevs[0]).Scan(&live); err != nil {
+			if err := d.row(`SELECT count(*) FROM messages WHERE id = ? AND id NOT IN (SELECT id FROM acked_messages)`, prevs[0]).Scan(&live); err != nil {
 				return err
 			}
 			if prevs[0] != 0 && live != 0 {
@@ -77,11 +78,25 @@ func checkChains(t *testing.T, s *Store) {
 			}
 		}
 		var orphans int
-		if err := d.row(`SELECT count(*) FROM messages WHERE story_id NOT IN (SELECT id FROM stories)`).Scan(&orphans); err != nil {
+		if err := d.row(`SELECT count(*) FROM messages WHERE story_id NOT IN (SELECT id FROM stories)
+			AND id NOT IN (SELECT id FROM acked_messages)`).Scan(&orphans); err != nil {
 			return err
 		}
 		if orphans != 0 {
 			return fmt.Errorf("%d orphan messages", orphans)
+		}
+		// An acknowledged row waiting to be deleted has its row, and its
+		// story (if any) is past it: it is never a head again.
+		var lost, behind int
+		if err := d.row(`SELECT count(*) FROM acked_messages WHERE id NOT IN (SELECT id FROM messages)`).Scan(&lost); err != nil {
+			return err
+		}
+		if err := d.row(`SELECT count(*) FROM acked_messages a JOIN messages m ON m.id = a.id
+			JOIN stories s ON s.id = m.story_id WHERE m.seq >= s.head_seq`).Scan(&behind); err != nil {
+			return err
+		}
+		if lost != 0 || behind != 0 {
+			return fmt.Errorf("acked_messages: %d without their row, %d not behind their story's head", lost, behind)
 		}
 		return nil
 	})

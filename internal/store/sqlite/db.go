@@ -29,7 +29,8 @@ type dbq struct {
 	ctx   context.Context
 	q     querier
 	stmts *stmtCache
-	heads *heads // the writer's index of story heads; nil on the read pool
+	heads *heads     // the writer's index of story heads; nil on the read pool
+	acked *ackedRows // the writer's count of rows waiting in acked_messages; nil on the read pool
 }
 
 // execResult is what an exec changed.

@@ -655,20 +655,21 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[int64]bool, error) {
 	now := ms(p.Now)
 	n := len(live)
-	gone := make([]any, 0, n)
 	recs := make([]any, 0, 5*n)
 	ids := make([]any, 0, n)
-	for i, h := range live {
-		gone = append(gone, rows[i])
+	for _, h := range live {
 		recs = append(recs, h.QueueID, h.StoryID, h.Seq, h.Nonce, now)
 		ids = append(ids, h.StoryID)
-	}
-	if _, err := d.exec(`DELETE FROM messages WHERE id IN (`+inList(n)+`)`, gone...); err != nil {
-		return nil, interpretError(err)
 	}
 	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES `+placeholders(n, 5)+`
 		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`, recs...); err != nil {
 		return nil, interpretError(err)
+	}
+	// The rows stay, named in acked_messages, until enough gathered to be
+	// deleted together: at depth they sit on pages written long before.
+	// Advancing the stories past them is what makes them acknowledged.
+	if err := markAcked(d, p.QueueID, rows); err != nil {
+		return nil, err
 	}
 	// Advance (as advance does): the message after the head (prev = the
 	// head's row, still in head_id) becomes the head, ready at its
@@ -803,8 +804,8 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 			return bus.SettleResult{}, interpretError(err)
 		}
 	}
-	if _, err := d.exec(`DELETE FROM messages WHERE id = ?`, row); err != nil {
-		return bus.SettleResult{}, interpretError(err)
+	if err := markAcked(d, h.QueueID, []int64{row}); err != nil {
+		return bus.SettleResult{}, err
 	}
 	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`,

@@ -13,13 +13,15 @@ import (
 // queueCountCols count the queue c.id at ?2 (now): its messages and dead
 // letters from their counters (queue_counts, kept by triggers), and the
 // enqueue time of its oldest ready message, the oldest message that is not
-// a head out at ?2 (the index messages_queue yields them oldest first, so
-// the subquery stops after the heads out). In flight and delayed are
+// a head out at ?2 nor an acknowledged row waiting to be deleted (the
+// index messages_queue yields them oldest first, so the subquery stops
+// after the heads out and the acknowledged rows at the front). In flight and delayed are
 // counted apart (outCounts). scanCounts reads them.
 const queueCountCols = `coalesce((SELECT k.messages FROM queue_counts k WHERE k.queue_id = c.id), 0),
 	coalesce((SELECT k.dead_letters FROM queue_counts k WHERE k.queue_id = c.id), 0),
 	(SELECT m.enqueued_at FROM messages m WHERE m.queue_id = c.id
 		AND NOT EXISTS (SELECT 1 FROM stories s WHERE s.id = m.story_id AND s.head_seq = m.seq AND s.visible_at > ?2)
+		AND NOT EXISTS (SELECT 1 FROM acked_messages a WHERE a.id = m.id)
 		ORDER BY m.enqueued_at LIMIT 1)`
 
 // queueStatsQuery counts the queues whose ids ?1 holds (a JSON array) in

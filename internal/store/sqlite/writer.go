@@ -88,7 +88,8 @@ type writer struct {
 	wal   walPolicy
 	conn  *sql.Conn
 	stmts *stmtCache
-	heads *heads // the in-memory index of story heads (heads.go)
+	heads *heads    // the in-memory index of story heads (heads.go)
+	acked ackedRows // acknowledged rows waiting to be deleted (acked.go)
 	// bigCache: the page cache was raised to 64 MiB (maybeGrowCache).
 	bigCache bool
 	// bigWAL: checkpoints come every bigWALPages (maybeGrowCache).
@@ -319,7 +320,7 @@ func (w *writer) runOne(ctx context.Context, o *op) error {
 		return fmt.Errorf("savepoint: %w", interpretError(err))
 	}
 	before := w.heads.changes
-	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts, heads: w.heads})
+	o.panicked, o.err = runOp(o, &dbq{ctx: ctx, q: w.conn, stmts: w.stmts, heads: w.heads, acked: &w.acked})
 	w.stmts.settle()
 	if o.err != nil && w.heads.changes != before {
 		// The savepoint's rollback undoes what o wrote; the index cannot
