@@ -74,8 +74,11 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 	if k.running < g.inFlight && k.next == nil {
 		k.running++
 		g.mu.Unlock()
+		// Deferred, as below: a run that panics (net/http recovers a
+		// handler's panic) must still hand its place on, or the key's
+		// later calls would wait for ever.
+		defer g.finish(key, k)
 		run([]*C{c})
-		g.finish(key, k)
 		return
 	}
 	if grp := k.next; grp != nil {
@@ -98,8 +101,8 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 	g.mu.Unlock()
 	<-grp.ready
 	defer close(grp.done)
+	defer g.finish(key, k)
 	run(grp.calls)
-	g.finish(key, k)
 }
 
 // finish ends a run of key: the group waiting, if any, takes its place (it

@@ -245,3 +245,23 @@ func TestGatheredCalls(t *testing.T) {
 		t.Errorf("queue not empty at the end: %+v", st)
 	}
 }
+
+// TestGathererPanic: a run that panics still hands its place on.
+func TestGathererPanic(t *testing.T) {
+	type call struct{}
+	g := &gatherer[call]{inFlight: 1, maxSize: 10, maxCall: 10}
+	func() {
+		defer func() { _ = recover() }()
+		g.do("k", &call{}, 1, func([]*call) { panic("boom") })
+	}()
+	done := make(chan struct{})
+	go func() {
+		g.do("k", &call{}, 1, func([]*call) {})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call after a panicking run did not run")
+	}
+}
