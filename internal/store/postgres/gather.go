@@ -137,9 +137,12 @@ const (
 	gatherPublishesInFlight = 1
 	// gatherMaxMessages and gatherMaxHandles bound a group, so that its
 	// transaction holds its row locks no longer than a batch publish's
-	// does. A publish of more than gatherMaxCall messages, or an ack of
-	// more handles, already shares its commit among them: it runs by
-	// itself, at once, never waiting for a group.
+	// does. An ack of more than gatherMaxCall handles (a receive of more
+	// messages) already shares its commit among them: it runs by itself,
+	// at once, never waiting for a group. Only publishes of one message
+	// are gathered: gathering those of 10 too made two nodes slower on
+	// BenchmarkMessagePath (publishes of 10 beside the drain) in two
+	// sittings (docs/benchmarks.md).
 	gatherMaxMessages = 100
 	gatherMaxHandles  = 100
 	gatherMaxCall     = 10
@@ -159,7 +162,7 @@ type publishCall struct {
 }
 
 func newPublishGatherer() *gatherer[publishCall] {
-	return &gatherer[publishCall]{inFlight: gatherPublishesInFlight, maxSize: gatherMaxMessages, maxCall: gatherMaxCall,
+	return &gatherer[publishCall]{inFlight: gatherPublishesInFlight, maxSize: gatherMaxMessages, maxCall: 1,
 		join: func(calls []*publishCall, c *publishCall) bool {
 			for _, o := range calls {
 				for id := range c.ids {
