@@ -69,6 +69,12 @@ type Store struct {
 	notify *notifier
 	// routes keeps the compiled routing of recently used workspaces.
 	routes bus.RouteCache
+	// publishes, receives and acks gather concurrent quick publishes (by
+	// workspace and producer), receives and acks (by queue) into shared
+	// transactions (gather.go).
+	publishes *gatherer[publishCall]
+	receives  *gatherer[receiveCall]
+	acks      *gatherer[ackCall]
 
 	closeOnce sync.Once
 }
@@ -118,7 +124,8 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
-	s := &Store{pool: pool, logger: logger}
+	s := &Store{pool: pool, logger: logger, publishes: newPublishGatherer(),
+		receives: newReceiveGatherer(), acks: newAckGatherer()}
 	s.notify = newNotifier(s)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()

@@ -19,7 +19,7 @@ import (
 // then the story rows (sorted by queue_id, story_key), each story once with
 // all of this call's messages for it.
 func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
-	out, ok, err := s.quickPublish(ctx, p)
+	out, ok, err := s.gatheredPublish(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", interpretError(err))
 	}

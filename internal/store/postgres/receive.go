@@ -19,7 +19,7 @@ import (
 // made ready by the dead-letter move are notified once it commits.
 func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	if p.AttemptID == "" {
-		res, ok, err := s.quickReceive(ctx, p)
+		res, ok, err := s.gatheredReceive(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("receive: %w", interpretError(err))
 		}

@@ -14,7 +14,7 @@ import (
 // MessageAck acknowledges deliveries, one result per handle, in order, in
 // one transaction. A story advanced to a ready head is notified.
 func (s *Store) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
-	out, ok, err := s.quickAck(ctx, p)
+	out, ok, err := s.gatheredAck(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("ack: %w", interpretError(err))
 	}

@@ -1,0 +1,384 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// gatherer runs concurrent calls that share a key in fewer transactions,
+// as the SQLite writer's group commit does: a call whose key has fewer than
+// inFlight runs under way runs at once, by itself; the calls that come
+// while inFlight are under way wait together in one group, which runs as
+// one call (one transaction, one commit, one WAL flush) as soon as one of
+// the runs ends. A call alone is never delayed; calls that arrive together
+// share a commit instead of queueing for the WAL flush one after another.
+//
+// Nothing here is a lock of the data: a group's run is an ordinary store
+// transaction, bound by the same row locks as any other, so several nodes
+// (each with its own gatherer) stay correct. A group whose run fails leaves
+// each of its calls to run by itself (see run), so a call that would fail a
+// shared transaction (a duplicate, a stale router) fails only its own.
+// A group runs on its first call's context without its cancellation: the
+// other calls wait for that run too, and a client that goes away must not
+// fail, and so repeat, their work. The run's statements end as any
+// statement does (row locks are held only by transactions that end).
+type gatherer[C any] struct {
+	// inFlight is how many runs of one key may be under way at once;
+	// maxSize is the most items (messages, handles) a group carries; a
+	// call of more than maxCall items is not gathered.
+	inFlight, maxSize, maxCall int
+	// join reports whether c may go into the group calls (no two of its
+	// items may conflict with theirs); nil lets every call join.
+	join func(calls []*C, c *C) bool
+
+	mu   sync.Mutex
+	keys map[string]*gatherKey[C]
+}
+
+// gatherKey is a key's state: its runs under way and the group waiting.
+type gatherKey[C any] struct {
+	running int
+	next    *gatherGroup[C]
+}
+
+// gatherGroup is calls waiting to run together. ready is closed when a run
+// ends and hands its place to the group; done when the group's run ended.
+type gatherGroup[C any] struct {
+	calls       []*C
+	size        int
+	ready, done chan struct{}
+}
+
+// do runs c, of size items, with the calls of its key that come meanwhile:
+// alone, when fewer than inFlight runs of key are under way, or else in a
+// group. run gets the calls of one run (c alone, or a group, c among them)
+// and must settle every one of them, as the caller reads c's result once do
+// returns. A call of more than maxCall items runs alone at once.
+func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
+	if size > g.maxCall {
+		run([]*C{c})
+		return
+	}
+	g.mu.Lock()
+	if g.keys == nil {
+		g.keys = map[string]*gatherKey[C]{}
+	}
+	k := g.keys[key]
+	if k == nil {
+		k = &gatherKey[C]{}
+		g.keys[key] = k
+	}
+	if k.running < g.inFlight && k.next == nil {
+		k.running++
+		g.mu.Unlock()
+		// Deferred, as below: a run that panics (net/http recovers a
+		// handler's panic) must still hand its place on, or the key's
+		// later calls would wait for ever.
+		defer g.finish(key, k)
+		run([]*C{c})
+		return
+	}
+	if grp := k.next; grp != nil {
+		if grp.size+size <= g.maxSize && (g.join == nil || g.join(grp.calls, c)) {
+			grp.calls = append(grp.calls, c)
+			grp.size += size
+			g.mu.Unlock()
+			<-grp.done
+			return
+		}
+		// It cannot share the waiting group's transaction: it runs by
+		// itself now, beside the runs under way, as it would without the
+		// gatherer.
+		g.mu.Unlock()
+		run([]*C{c})
+		return
+	}
+	grp := &gatherGroup[C]{calls: []*C{c}, size: size, ready: make(chan struct{}), done: make(chan struct{})}
+	k.next = grp
+	g.mu.Unlock()
+	<-grp.ready
+	defer close(grp.done)
+	defer g.finish(key, k)
+	run(grp.calls)
+}
+
+// finish ends a run of key: the group waiting, if any, takes its place (it
+// takes no more calls from now on), or else the key has one run fewer.
+func (g *gatherer[C]) finish(key string, k *gatherKey[C]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if grp := k.next; grp != nil {
+		k.next = nil
+		close(grp.ready)
+		return
+	}
+	k.running--
+	if k.running == 0 {
+		delete(g.keys, key)
+	}
+}
+
+// Gathering of the usual publishes and acks (quickPublish, quickAck).
+// Measured on the comparison's workload (8 publishers of one message, 8
+// receivers acknowledging 10 at a time; docs/benchmarks.md): each such call
+// is a transaction whose commit waits for a WAL flush, and the flush, not
+// the statements, bounded the rate.
+const (
+	// gatherInFlight is how many gathered runs of one queue's receives or
+	// acks may be under way at once: while one waits for its WAL flush,
+	// the next group's statements run. Publishes gather behind one run
+	// (gatherPublishesInFlight), which made groups twice as large and
+	// single publishes faster than two did in the same runs, while the
+	// drain was faster with two.
+	gatherInFlight          = 2
+	gatherPublishesInFlight = 1
+	// gatherMaxMessages and gatherMaxHandles bound a group, so that its
+	// transaction holds its row locks no longer than a batch publish's
+	// does. An ack of more than gatherMaxCall handles (a receive of more
+	// messages) already shares its commit among them: it runs by itself,
+	// at once, never waiting for a group. Only publishes of one message
+	// are gathered: gathering those of 10 too made two nodes slower on
+	// BenchmarkMessagePath (publishes of 10 beside the drain) in two
+	// sittings (docs/benchmarks.md).
+	gatherMaxMessages = 100
+	gatherMaxHandles  = 100
+	gatherMaxCall     = 10
+)
+
+// publishCall is one MessagePublish waiting in the publish gatherer. ids are
+// its message ids (the quick publish needs them distinct in a group, as in
+// a call). retry: the group it was in failed; it runs by itself.
+type publishCall struct {
+	ctx   context.Context
+	p     *bus.PublishParams
+	ids   map[string]bool
+	out   []bus.PublishOutcome
+	ok    bool
+	err   error
+	retry bool
+}
+
+func newPublishGatherer() *gatherer[publishCall] {
+	return &gatherer[publishCall]{inFlight: gatherPublishesInFlight, maxSize: gatherMaxMessages, maxCall: 1,
+		join: func(calls []*publishCall, c *publishCall) bool {
+			for _, o := range calls {
+				for id := range c.ids {
+					if o.ids[id] {
+						return false
+					}
+				}
+			}
+			return true
+		}}
+}
+
+// gatheredPublish is quickPublish for p, in one transaction with the
+// concurrent publishes of the same workspace and producer when there are
+// any. ok is false, with nothing done, as for quickPublish.
+func (s *Store) gatheredPublish(ctx context.Context, p *bus.PublishParams) ([]bus.PublishOutcome, bool, error) {
+	ids := make(map[string]bool, len(p.Messages))
+	for _, m := range p.Messages {
+		if ids[m.MessageID] {
+			return nil, false, nil // the full publish's case
+		}
+		ids[m.MessageID] = true
+	}
+	if len(ids) == 0 {
+		return nil, false, nil
+	}
+	c := &publishCall{ctx: ctx, p: p, ids: ids}
+	s.publishes.do(p.WorkspaceID+"\x00"+p.ProducerID, c, len(p.Messages), s.runPublishes)
+	if c.retry {
+		return s.quickPublish(ctx, p)
+	}
+	return c.out, c.ok, c.err
+}
+
+// runPublishes runs a publish gatherer's group: one call as quickPublish,
+// several as one quickPublish of all their messages (call after call, each
+// call's in its order; stories get them in that order), stamped with the
+// latest of their times. When that fails, every call runs by itself.
+func (s *Store) runPublishes(calls []*publishCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.out, c.ok, c.err = s.quickPublish(c.ctx, c.p)
+		return
+	}
+	first := calls[0].p
+	all := &bus.PublishParams{WorkspaceID: first.WorkspaceID, ProducerID: first.ProducerID,
+		Now: first.Now, DedupWindow: first.DedupWindow}
+	for _, c := range calls {
+		all.Messages = append(all.Messages, c.p.Messages...)
+		if c.p.Now.After(all.Now) {
+			all.Now = c.p.Now
+		}
+	}
+	out, ok, err := s.quickPublish(context.WithoutCancel(calls[0].ctx), all)
+	if err != nil || !ok {
+		for _, c := range calls {
+			c.retry = true
+		}
+		return
+	}
+	for _, c := range calls {
+		n := len(c.p.Messages)
+		c.out, c.ok, out = out[:n:n], true, out[n:]
+	}
+}
+
+// ackCall is one MessageAck waiting in the ack gatherer; stories are its
+// handles' stories (distinct within a group, as quickAck needs them).
+type ackCall struct {
+	ctx     context.Context
+	p       *bus.SettleParams
+	stories map[int64]bool
+	out     []bus.SettleResult
+	ok      bool
+	err     error
+	retry   bool
+}
+
+func newAckGatherer() *gatherer[ackCall] {
+	return &gatherer[ackCall]{inFlight: gatherInFlight, maxSize: gatherMaxHandles, maxCall: gatherMaxCall,
+		join: func(calls []*ackCall, c *ackCall) bool {
+			for _, o := range calls {
+				for id := range c.stories {
+					if o.stories[id] {
+						return false
+					}
+				}
+			}
+			return true
+		}}
+}
+
+// gatheredAck is quickAck for p, in one transaction with the concurrent
+// acks of the same queue when there are any. ok is false, with nothing
+// done, as for quickAck.
+func (s *Store) gatheredAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, bool, error) {
+	stories := make(map[int64]bool, len(p.Handles))
+	for _, h := range p.Handles {
+		if h.QueueID != p.QueueID || stories[h.StoryID] {
+			return nil, false, nil // the full ack's case
+		}
+		stories[h.StoryID] = true
+	}
+	if len(stories) == 0 {
+		return nil, false, nil
+	}
+	c := &ackCall{ctx: ctx, p: p, stories: stories}
+	s.acks.do(p.QueueID, c, len(p.Handles), s.runAcks)
+	if c.retry {
+		return s.quickAck(ctx, p)
+	}
+	return c.out, c.ok, c.err
+}
+
+// runAcks runs an ack gatherer's group: one call as quickAck, several as
+// one quickAck of all their handles, stamped with the latest of their
+// times. When that fails, every call runs by itself (acks are idempotent:
+// a handle the failed run did acknowledge is acknowledged again).
+func (s *Store) runAcks(calls []*ackCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.out, c.ok, c.err = s.quickAck(c.ctx, c.p)
+		return
+	}
+	first := calls[0].p
+	all := &bus.SettleParams{QueueID: first.QueueID, Now: first.Now}
+	for _, c := range calls {
+		all.Handles = append(all.Handles, c.p.Handles...)
+		if c.p.Now.After(all.Now) {
+			all.Now = c.p.Now
+		}
+	}
+	out, ok, err := s.quickAck(context.WithoutCancel(calls[0].ctx), all)
+	if err != nil || !ok {
+		for _, c := range calls {
+			c.retry = true
+		}
+		return
+	}
+	for _, c := range calls {
+		n := len(c.p.Handles)
+		c.out, c.ok, out = out[:n:n], true, out[n:]
+	}
+}
+
+// receiveCall is one MessageReceive (without an attempt id) waiting in the
+// receive gatherer.
+type receiveCall struct {
+	ctx   context.Context
+	p     *bus.ReceiveParams
+	res   *bus.ReceiveResult
+	ok    bool
+	err   error
+	retry bool
+}
+
+func newReceiveGatherer() *gatherer[receiveCall] {
+	return &gatherer[receiveCall]{inFlight: gatherInFlight, maxSize: gatherMaxClaim, maxCall: gatherMaxCall}
+}
+
+// gatherMaxClaim bounds the messages a group of receives claims at once.
+const gatherMaxClaim = 100
+
+// gatheredReceive is quickReceive for p, in one statement with the
+// concurrent receives of the same queue and visibility when there are any:
+// it claims up to their Max together and hands the deliveries out in
+// order, each call up to its Max. Concurrent receivers of one queue
+// otherwise all scan the same ready stories and skip each other's locks.
+// ok is false, with nothing done, as for quickReceive.
+func (s *Store) gatheredReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, bool, error) {
+	if p.Max < 1 {
+		return s.quickReceive(ctx, p)
+	}
+	c := &receiveCall{ctx: ctx, p: p}
+	s.receives.do(fmt.Sprint(p.QueueID, "\x00", int64(p.Visibility)), c, p.Max, s.runReceives)
+	if c.retry {
+		return s.quickReceive(ctx, p)
+	}
+	return c.res, c.ok, c.err
+}
+
+// runReceives runs a receive gatherer's group: one call as quickReceive,
+// several as one quickReceive of the sum of their Max at the latest of
+// their times, whose deliveries go to the calls in turn (the first call
+// gets the first up to its Max, and so on; a call may get none when fewer
+// were ready). Each gets the same NextVisibleAt. When the claim fails, or
+// finds exhausted heads to move first, every call runs by itself.
+func (s *Store) runReceives(calls []*receiveCall) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.res, c.ok, c.err = s.quickReceive(c.ctx, c.p)
+		return
+	}
+	first := calls[0].p
+	all := &bus.ReceiveParams{QueueID: first.QueueID, Visibility: first.Visibility, Now: first.Now}
+	for _, c := range calls {
+		all.Max += c.p.Max
+		if c.p.Now.After(all.Now) {
+			all.Now = c.p.Now
+		}
+	}
+	res, ok, err := s.quickReceive(context.WithoutCancel(calls[0].ctx), all)
+	if err != nil || !ok {
+		for _, c := range calls {
+			c.retry = true
+		}
+		return
+	}
+	ds := res.Deliveries
+	for _, c := range calls {
+		n := min(c.p.Max, len(ds))
+		r := &bus.ReceiveResult{NextVisibleAt: res.NextVisibleAt}
+		if n > 0 {
+			r.Deliveries = ds[:n:n]
+		}
+		ds = ds[n:]
+		c.res, c.ok = r, true
+	}
+}

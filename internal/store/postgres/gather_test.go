@@ -1,0 +1,267 @@
+package postgres
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// TestGathererGroups: a call alone runs at once; the calls that come while
+// the runs are under way wait in one group, which runs once a run ends; a
+// call too large, or one that may not join, runs by itself at once.
+func TestGathererGroups(t *testing.T) {
+	type call struct {
+		id   int
+		done bool
+	}
+	g := &gatherer[call]{inFlight: 1, maxSize: 4, maxCall: 2,
+		join: func(calls []*call, c *call) bool { return c.id != 99 }}
+	release := make(chan struct{})
+	started := make(chan []int, 10)
+	run := func(calls []*call) {
+		var ids []int
+		for _, c := range calls {
+			ids = append(ids, c.id)
+		}
+		started <- ids
+		if ids[0] == 1 {
+			<-release
+		}
+		for _, c := range calls {
+			c.done = true
+		}
+	}
+	var wg sync.WaitGroup
+	calls := map[int]*call{}
+	for _, id := range []int{1, 2, 3, 4, 5, 99, 100} {
+		calls[id] = &call{id: id}
+	}
+	wg.Go(func() { g.do("k", calls[1], 1, run) })
+	if got := <-started; !slices.Equal(got, []int{1}) {
+		t.Fatalf("first run %v, want [1]", got)
+	}
+	for _, id := range []int{2, 3, 4} { // 2 leads the group; 3 and 4 join it
+		wg.Go(func() { g.do("k", calls[id], 1, run) })
+		waitUntil(t, func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.keys["k"].next != nil && len(g.keys["k"].next.calls) == id-1
+		})
+	}
+	// 5 (2 items) would make the group too large (4 items at most): it
+	// runs by itself, as do 99 (may not join) and 100 (too large to
+	// gather), while 1 still runs.
+	wg.Go(func() { g.do("k", calls[5], 2, run) })
+	wg.Go(func() { g.do("k", calls[99], 1, run) })
+	wg.Go(func() { g.do("k", calls[100], 3, run) })
+	alone := map[int]bool{}
+	for range 3 {
+		got := <-started
+		if len(got) != 1 {
+			t.Fatalf("run %v while the first runs, want calls by themselves", got)
+		}
+		alone[got[0]] = true
+	}
+	if !alone[5] || !alone[99] || !alone[100] {
+		t.Fatalf("ran by themselves: %v, want 5, 99 and 100", alone)
+	}
+	close(release)
+	if got := <-started; !slices.Equal(got, []int{2, 3, 4}) {
+		t.Fatalf("group %v, want [2 3 4]", got)
+	}
+	wg.Wait()
+	for id, c := range calls {
+		if !c.done {
+			t.Errorf("call %d not run", id)
+		}
+	}
+	if len(g.keys) != 0 {
+		t.Errorf("keys left: %v", g.keys)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGatheredCalls: concurrent single publishes (some of one message id
+// at once), receives and acks (some of one handle at once) of one queue go
+// through the gatherers. Each distinct message is delivered once, in order
+// per story; a repeated id is a duplicate once; every ack, repeated or
+// not, succeeds; the queue ends empty.
+func TestGatheredCalls(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ws, prod, q := setupQueue(t, s, 1000)
+	const publishers, perPublisher, dups = 8, 30, 10
+	publish := func(id, story string) bus.PublishOutcome {
+		out, err := s.MessagePublish(t.Context(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{testMessage(id, story)}, Now: time.Now(), DedupWindow: time.Hour})
+		if err != nil {
+			t.Errorf("publish %s: %v", id, err)
+			return bus.PublishOutcome{}
+		}
+		return out[0]
+	}
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for i := range perPublisher {
+				if o := publish(fmt.Sprintf("p%d-%d", p, i), fmt.Sprint("s", p)); o.Duplicate || o.Deliveries != 1 {
+					t.Errorf("p%d-%d: %+v", p, i, o)
+				}
+			}
+		})
+	}
+	var duplicates atomic.Int64
+	for d := range dups {
+		for range 2 {
+			wg.Go(func() {
+				if publish(fmt.Sprint("dup-", d), fmt.Sprint("d", d)).Duplicate {
+					duplicates.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := duplicates.Load(); n != dups {
+		t.Fatalf("%d duplicates, want %d", n, dups)
+	}
+
+	const total = publishers*perPublisher + dups
+	var (
+		mu   sync.Mutex
+		got  = map[string]int{} // message id -> deliveries
+		next = map[string]int{} // story -> index of the next message
+		done atomic.Int64
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for range 8 {
+		wg.Go(func() {
+			for done.Load() < total && !t.Failed() {
+				if time.Now().After(deadline) {
+					t.Errorf("not drained in time: %d of %d", done.Load(), total)
+					return
+				}
+				res, err := s.MessageReceive(t.Context(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: time.Now()})
+				if err != nil {
+					t.Errorf("receive: %v", err)
+					return
+				}
+				if len(res.Deliveries) > 10 {
+					t.Errorf("receive of up to 10 got %d", len(res.Deliveries))
+				}
+				var handles []bus.Handle
+				mu.Lock()
+				for _, d := range res.Deliveries {
+					got[d.MessageID]++
+					if d.CorrelationID[0] == 's' {
+						if want := fmt.Sprintf("p%s-%d", d.CorrelationID[1:], next[d.CorrelationID]); d.MessageID != want {
+							t.Errorf("story %s: got %s, want %s", d.CorrelationID, d.MessageID, want)
+						}
+						next[d.CorrelationID]++
+					}
+					handles = append(handles, d.Handle)
+				}
+				mu.Unlock()
+				if len(handles) == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				// Every other batch is acknowledged twice at once.
+				times := 1 + len(handles)%2
+				var acks sync.WaitGroup
+				for range times {
+					acks.Go(func() {
+						rs, err := s.MessageAck(t.Context(), &bus.SettleParams{QueueID: q, Handles: handles, Now: time.Now()})
+						if err != nil {
+							t.Errorf("ack: %v", err)
+							return
+						}
+						for i, r := range rs {
+							if !r.OK {
+								t.Errorf("ack of %v: %+v", handles[i], r)
+							}
+						}
+					})
+				}
+				acks.Wait()
+				done.Add(int64(len(handles)))
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != total {
+		t.Errorf("%d distinct messages delivered, want %d", len(got), total)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+
+	// Many acks at once, each of one handle, each handle acknowledged
+	// twice (the second may find the first's group: it runs by itself).
+	const many = 60
+	for i := range many {
+		publish(fmt.Sprint("m-", i), fmt.Sprint("m", i))
+	}
+	res, err := s.MessageReceive(t.Context(), &bus.ReceiveParams{QueueID: q, Max: many, Visibility: time.Minute, Now: time.Now()})
+	if err != nil || len(res.Deliveries) != many {
+		t.Fatalf("receive: %v, %d deliveries, want %d", err, len(res.Deliveries), many)
+	}
+	for _, d := range res.Deliveries {
+		for range 2 {
+			wg.Go(func() {
+				rs, err := s.MessageAck(t.Context(), &bus.SettleParams{QueueID: q, Handles: []bus.Handle{d.Handle}, Now: time.Now()})
+				if err != nil || !rs[0].OK {
+					t.Errorf("ack of %s: %v %+v", d.MessageID, err, rs)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// A stale handle fails in a group as by itself.
+	rs, err := s.MessageAck(t.Context(), &bus.SettleParams{QueueID: q, Handles: []bus.Handle{{QueueID: q, StoryID: res.Deliveries[0].Handle.StoryID, Seq: 1, Nonce: 1}}, Now: time.Now()})
+	if err != nil || rs[0].OK {
+		t.Errorf("ack of a stale handle: %v %+v", err, rs)
+	}
+	st, err := s.QueueStats(t.Context(), q, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready+st.InFlight+st.Delayed != 0 {
+		t.Errorf("queue not empty at the end: %+v", st)
+	}
+}
+
+// TestGathererPanic: a run that panics still hands its place on.
+func TestGathererPanic(t *testing.T) {
+	type call struct{}
+	g := &gatherer[call]{inFlight: 1, maxSize: 10, maxCall: 10}
+	func() {
+		defer func() { _ = recover() }()
+		g.do("k", &call{}, 1, func([]*call) { panic("boom") })
+	}()
+	done := make(chan struct{})
+	go func() {
+		g.do("k", &call{}, 1, func([]*call) {})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call after a panicking run did not run")
+	}
+}
