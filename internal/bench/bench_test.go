@@ -317,21 +317,31 @@ func BenchmarkPublishBatch(b *testing.B) {
 // BenchmarkDrain: 8 receivers taking batches of 10 and acknowledging each
 // batch; the queue holds b.N messages over 1,000 stories, published before
 // the timer starts.
+//
+// cpu-us/msg and floor-cpu-us/msg are the process's CPU time per message,
+// as in BenchmarkPublishSingle.
 func BenchmarkDrain(b *testing.B) {
 	n, p := setup(b)
 	fill(b, n, p, b.N)
 	b.ResetTimer()
+	cpu := processCPU()
 	receives, err := drain(nodeTarget(n, p), b.N)
+	cpu = processCPU() - cpu
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	rate(b, b.N)
 	b.ReportMetric(float64(b.N)/float64(max(receives, 1)), "msgs/receive")
+	b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-us/msg")
+	var floorCPU int64
 	vsFloor(b, p, func(t target) error { return fillTarget(t, b.N) }, func(t target) error {
+		floorCPU = processCPU()
 		_, err := drain(t, b.N)
+		floorCPU = processCPU() - floorCPU
 		return err
 	})
+	b.ReportMetric(float64(floorCPU)/1e3/float64(b.N), "floor-cpu-us/msg")
 }
 
 // The floor's own benchmarks: the workloads above against the floor alone,
