@@ -23,12 +23,6 @@ const (
 	// operations that arrive while a batch commits (its fsync) make the next
 	// batch, so batches grow with load and a lone operation pays no delay.
 	maxCollect = time.Millisecond
-	// gatherGap bounds how long the writer, its disk idle, waits for the
-	// next operation from the callers the last fsync answered (see
-	// gatherOne): about one round trip of a closed-loop client over HTTP;
-	// gatherWindow bounds all of its waits after one answer.
-	gatherGap    = 200 * time.Microsecond
-	gatherWindow = time.Millisecond
 	// maxAttempts bounds how often an operation is run again when a batch
 	// it was in had to be abandoned because of another operation.
 	maxAttempts = 3
@@ -115,14 +109,6 @@ type writer struct {
 	changes     int64           // total_changes() after the last commit
 	commits     atomic.Int64    // transactions committed (benchmarks read it)
 
-	// owed counts the callers the syncer answered last that the writer
-	// has not seen submit again (it may go below zero); answeredAt is
-	// when they were answered (nanoseconds since epoch, monotonic).
-	owed       atomic.Int64
-	answeredAt atomic.Int64
-	epoch      time.Time
-	gather     *time.Timer // the writer's timer for gatherOne (stopped)
-
 	// syncFile fsyncs the file at a path; nil is fsyncFile (tests put a
 	// failing one in its place).
 	syncFile atomic.Pointer[func(path string) error]
@@ -152,10 +138,7 @@ func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, sync
 		synced:      make(chan *committed, syncQueue),
 		syncIdle:    make(chan struct{}, 1),
 		syncerDone:  make(chan struct{}),
-		epoch:       time.Now(),
-		gather:      time.NewTimer(time.Hour),
 	}
-	w.gather.Stop()
 	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
 	go w.syncer()
@@ -255,7 +238,6 @@ func (w *writer) group(first *op) {
 	start := time.Now()
 	pending := []*op{first}
 	for {
-		w.owed.Add(-int64(len(pending)))
 		for len(pending) > 0 {
 			pending = w.run(&t, pending)
 		}
@@ -266,21 +248,16 @@ func (w *writer) group(first *op) {
 			break
 		}
 		idle := w.inflight.Load() == 0
-		if !idle || time.Since(start) < maxCollect {
-			select {
-			case o := <-w.ops:
-				pending = append(pending, o)
-				continue
-			default:
-			}
+		if idle && time.Since(start) >= maxCollect {
+			break
+		}
+		select {
+		case o := <-w.ops:
+			pending = append(pending, o)
+			continue
+		default:
 		}
 		if idle {
-			// gatherOne is bounded on its own (gatherWindow after an
-			// answer, one operation for each caller answered).
-			if o := w.gatherOne(); o != nil {
-				pending = append(pending, o)
-				continue
-			}
 			break
 		}
 		select {
@@ -290,41 +267,6 @@ func (w *writer) group(first *op) {
 		}
 	}
 	w.commit(&t)
-}
-
-// gatherOne waits, with the disk idle and a transaction open, for one
-// more operation from the callers the last fsync answered, while some of
-// them have not submitted again and gatherWindow has not passed since
-// their answer; nil when there is nothing to wait for, or the window
-// closed first.
-//
-// Without it, closed-loop callers (a receiver that acks each batch, a
-// publisher that sends the next message once answered) fall into two
-// groups that alternate: the callers answered by one fsync come back
-// while the next one runs, and make the commit after it, while the
-// writer commits, at once, the ones that came back during the fsync
-// before. Each commit rewrites the pages every commit touches (index
-// tails, story rows, counters), so two half-sized commits cost the writer
-// far more than one. Callers that do not come back (a long poll that
-// waits, a client that is done) cost at most the window once: an
-// operation that finds the disk idle with nobody owed commits at once.
-func (w *writer) gatherOne() *op {
-	if w.owed.Load() <= 0 {
-		return nil
-	}
-	left := time.Duration(w.answeredAt.Load()) + gatherWindow - time.Since(w.epoch)
-	left = min(left, gatherGap)
-	if left <= 0 {
-		return nil
-	}
-	w.gather.Reset(left)
-	select {
-	case o := <-w.ops:
-		w.gather.Stop() // no stale tick is delivered after Stop (go 1.23 timers)
-		return o
-	case <-w.gather.C:
-		return nil
-	}
 }
 
 // run runs ops in t, opening it if need be. An operation that fails rolls
@@ -463,10 +405,9 @@ func (w *writer) syncer() {
 				break more
 			}
 		}
-		wrote, answered := false, 0
+		wrote := false
 		for _, c := range group {
 			wrote = wrote || c.wrote
-			answered += len(c.ops)
 		}
 		var err error
 		if wrote {
@@ -478,10 +419,6 @@ func (w *writer) syncer() {
 			// next time): the batches committed since are not durable.
 			err = w.failure()
 		}
-		// Owed before the answers: a caller may submit again before the
-		// last answer is out.
-		w.answeredAt.Store(int64(time.Since(w.epoch)))
-		w.owed.Store(int64(answered))
 		for _, c := range group {
 			for _, o := range c.ops {
 				if err != nil && o.err == nil && o.panicked == nil {
