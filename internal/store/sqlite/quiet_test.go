@@ -185,3 +185,44 @@ func TestIdleReceiveSkipsWriter(t *testing.T) {
 	}
 	idle(t0.Add(74*time.Second), time.Time{})
 }
+
+// TestLastSamplesForgetRemovedQueues: the in-memory latest samples forget
+// a removed connection's queue at the next round, and a queue whose entry
+// is gone compares with its latest sample in the table.
+func TestLastSamplesForgetRemovedQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTemp(t)
+	_, _, q1 := setupQueue(t, s, 5)
+	_, _, q2 := setupQueue(t, s, 5)
+	sample := func(at time.Time, want int) {
+		t.Helper()
+		if n, err := s.QueueSample(ctx, &bus.QueueSampleParams{Now: at, At: at}); err != nil || n != want {
+			t.Fatalf("QueueSample at %s = %d, %v; want %d", at.Sub(t0), n, err, want)
+		}
+	}
+	entries := func() int {
+		s.samples.mu.Lock()
+		defer s.samples.mu.Unlock()
+		return len(s.samples.m)
+	}
+	sample(t0, 2)
+	if n := entries(); n != 2 {
+		t.Fatalf("%d latest samples kept, want 2", n)
+	}
+	if err := s.Update(ctx, func(tx bus.Tx) error { return tx.ConnectionDelete(q2) }); err != nil {
+		t.Fatal(err)
+	}
+	sample(t0.Add(10*time.Second), 0)
+	if n := entries(); n != 1 {
+		t.Fatalf("%d latest samples kept after a connection's removal, want 1", n)
+	}
+	// Without its entry, q1 still compares with its sample in the table.
+	s.samples.mu.Lock()
+	clear(s.samples.m)
+	s.samples.mu.Unlock()
+	sample(t0.Add(20*time.Second), 0)
+	if got, err := s.QueueSamples(ctx, q1, t0); err != nil || len(got) != 3 {
+		t.Fatalf("QueueSamples(q1) = %+v, %v; want the 3 rounds", got, err)
+	}
+}

@@ -24,27 +24,59 @@ type sampleCounts struct{ ready, inFlight, delayed, deadLetters int64 }
 // QueueSample compares a queue's counts without reading its samples each
 // interval. Only this process writes the file (lockfile.go); an entry is
 // set only after the transaction that wrote the sample committed, and a
-// queue without an entry reads its latest sample from the table.
+// queue without an entry reads its latest sample from the table. Each
+// entry carries the pass that last looked at it: a pass that went over
+// every queue forgets the queues it did not meet (removed connections).
 type lastSamples struct {
-	mu sync.Mutex
-	m  map[string]sampleCounts
+	mu   sync.Mutex
+	m    map[string]lastSample
+	pass uint64
 }
 
-func (l *lastSamples) get(id string) (sampleCounts, bool) {
+type lastSample struct {
+	c    sampleCounts
+	pass uint64
+}
+
+// begin starts a pass and returns its number.
+func (l *lastSamples) begin() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.m[id]
-	return c, ok
+	l.pass++
+	return l.pass
 }
 
-func (l *lastSamples) set(written map[string]sampleCounts) {
+func (l *lastSamples) get(id string, pass uint64) (sampleCounts, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[id]
+	if ok {
+		e.pass = pass
+		l.m[id] = e
+	}
+	return e.c, ok
+}
+
+func (l *lastSamples) set(written map[string]sampleCounts, pass uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
-		l.m = make(map[string]sampleCounts)
+		l.m = make(map[string]lastSample)
 	}
 	for id, c := range written {
-		l.m[id] = c
+		l.m[id] = lastSample{c: c, pass: pass}
+	}
+}
+
+// forgetUnseen drops the entries pass did not look at, once it looked at
+// every consumer queue.
+func (l *lastSamples) forgetUnseen(pass uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, e := range l.m {
+		if e.pass != pass {
+			delete(l.m, id)
+		}
 	}
 }
 
@@ -60,6 +92,8 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 	var total int
 	after := ""
 	written := make(map[string]sampleCounts)
+	pass := s.samples.begin()
+	taken := false // the round was free: this call samples every queue
 	for first := true; ; first = false {
 		var last string
 		var more bool
@@ -76,6 +110,7 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 				if k == 0 {
 					return nil // sampled already
 				}
+				taken = true
 			}
 			rows, err := d.query(`SELECT c.id, coalesce(k.messages, 0), coalesce(k.dead_letters, 0)
 				FROM connections c LEFT JOIN queue_counts k ON k.queue_id = c.id
@@ -105,7 +140,7 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 					return err
 				}
 				now := sampleCounts{c.st.Ready, c.st.InFlight, c.st.Delayed, c.st.DeadLetters}
-				prev, ok := s.samples.get(c.id)
+				prev, ok := s.samples.get(c.id, pass)
 				if !ok {
 					err := d.row(`SELECT ready, in_flight, delayed, dead_letters FROM queue_samples
 						WHERE queue_id = ? ORDER BY at DESC LIMIT 1`, c.id).Scan(&prev.ready, &prev.inFlight, &prev.delayed, &prev.deadLetters)
@@ -133,9 +168,12 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 		if err != nil {
 			return 0, fmt.Errorf("queue sample: %w", err)
 		}
-		s.samples.set(written)
+		s.samples.set(written, pass)
 		total += len(written)
 		if !more {
+			if taken {
+				s.samples.forgetUnseen(pass)
+			}
 			return total, nil
 		}
 		after = last
