@@ -158,14 +158,7 @@ func TestMigrationAckedMessages(t *testing.T) {
 	if err != nil || len(r.Deliveries) != 2 {
 		t.Fatalf("%d deliveries (%v)", len(r.Deliveries), err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, path, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
+	s := reopenMigrated(t, old, path)
 	var v int
 	if err := s.read(ctx, func(d *dbq) error { return d.row(`SELECT max(version) FROM schema_migrations`).Scan(&v) }); err != nil || v < 10 {
 		t.Fatalf("schema version %d (%v), want 10 or later", v, err)

@@ -324,15 +324,8 @@ func TestMigrationToLeanHeads(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s, err := Open(ctx, path, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := reopenMigrated(t, old, path)
 	if err := s.read(ctx, func(d *dbq) error { return d.row(`SELECT max(version) FROM schema_migrations`).Scan(&v) }); err != nil || v != latestVersion() {
 		t.Fatalf("schema version %d (%v), want %d", v, err, latestVersion())
 	}

@@ -35,14 +35,7 @@ func TestMigrationSampleRounds(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, path, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := reopenMigrated(t, old, path)
 	next := t0.Add(30 * time.Second)
 	if n, err := s.QueueSample(ctx, &bus.QueueSampleParams{Now: next, At: next}); err != nil || n != 0 {
 		t.Fatalf("QueueSample of the idle queue after the migration = %d, %v; want 0, nil", n, err)

@@ -41,14 +41,7 @@ func TestMigrationDropsEnqueuedIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, path, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := reopenMigrated(t, old, path)
 	var n int
 	if err := s.read(ctx, func(d *dbq) error {
 		return d.row(`SELECT count(*) FROM sqlite_schema WHERE name = 'messages_enqueued'`).Scan(&n)

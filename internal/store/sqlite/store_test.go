@@ -28,6 +28,22 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// reopenMigrated closes old, a store opened at an earlier schema
+// (openUpTo), and opens its file again, which migrates it to the latest
+// schema; the store is closed at the end of the test.
+func reopenMigrated(t *testing.T, old *Store, path string) *Store {
+	t.Helper()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // openTemp opens a store in a fresh temporary file, closed at the end.
 func openTemp(t *testing.T) *Store {
 	t.Helper()
