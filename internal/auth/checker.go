@@ -229,16 +229,19 @@ func (c *Checker) state(ctx context.Context, id string) (connState, error) {
 // when the store could not be read. A connection missing from the list was
 // removed.
 func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint64, now time.Time) (connState, bool) {
-	var conns []bus.Connection
+	var conns []bus.ConnectionState
 	err := func() error {
 		defer func() {
 			c.mu.Lock()
 			delete(c.refreshing, ws)
 			c.mu.Unlock()
 		}()
+		// Only the fields a check needs: a full listing (names,
+		// subscriptions, secret hashes) of a large workspace costs several
+		// times as much, and these reads come in waves.
 		return c.store.View(ctx, func(tx bus.Tx) error {
 			var err error
-			conns, err = tx.ConnectionList(ws, "")
+			conns, err = tx.ConnectionStates(ws)
 			return err
 		})
 	}()
@@ -257,7 +260,14 @@ func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint6
 		}
 	}
 	for _, conn := range conns {
-		cs := stateOf(conn)
+		cs := connState{
+			exists:            true,
+			kind:              conn.Kind,
+			workspaceID:       conn.WorkspaceID,
+			status:            conn.Status,
+			credentialVersion: conn.CredentialVersion,
+			quotaTier:         conn.QuotaTier,
+		}
 		if conn.ID == id {
 			st = cs
 		}

@@ -98,6 +98,18 @@ func (t *fakeTx) ConnectionList(workspaceID string, kind bus.ConnectionKind) ([]
 	return out, nil
 }
 
+// ConnectionStates lists the workspace's connections' token-check fields.
+func (t *fakeTx) ConnectionStates(workspaceID string) ([]bus.ConnectionState, error) {
+	var out []bus.ConnectionState
+	for _, c := range t.s.conns {
+		if c.WorkspaceID == workspaceID {
+			out = append(out, bus.ConnectionState{ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind,
+				Status: c.Status, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion})
+		}
+	}
+	return out, nil
+}
+
 func (t *fakeTx) SigningKeyList() ([]bus.SigningKey, error) {
 	return append([]bus.SigningKey(nil), t.s.keys...), nil
 }

@@ -142,6 +142,11 @@ type Tx interface {
 	// ConnectionList lists a workspace's connections, of one kind unless
 	// kind is "", oldest first.
 	ConnectionList(workspaceID string, kind ConnectionKind) ([]Connection, error)
+	// ConnectionStates lists what a token check needs of each of a
+	// workspace's connections (none for an unknown workspace), in no
+	// particular order: a narrow read for checks that refresh a whole
+	// workspace at once.
+	ConnectionStates(workspaceID string) ([]ConnectionState, error)
 	// ConnectionPage lists one page of a workspace's connections in the
 	// order of ConnectionList, after p.After, with the position to continue
 	// from when more follow.

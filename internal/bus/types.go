@@ -110,6 +110,17 @@ type Subscription struct {
 	Producers []string `json:"producers,omitempty"`
 }
 
+// ConnectionState is the part of a connection that decides whether its
+// tokens are accepted: the same fields as in Connection.
+type ConnectionState struct {
+	ID                string
+	WorkspaceID       string
+	Kind              ConnectionKind
+	Status            ConnectionStatus
+	QuotaTier         string
+	CredentialVersion int64
+}
+
 // Connection is a producer or consumer client: its credentials and, for a
 // consumer, its queue (the queue id is the connection id).
 type Connection struct {

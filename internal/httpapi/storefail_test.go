@@ -164,6 +164,9 @@ func (t *failTx) ConnectionGet(string) (bus.Connection, error) {
 func (t *failTx) ConnectionList(string, bus.ConnectionKind) ([]bus.Connection, error) {
 	return nil, t.err
 }
+func (t *failTx) ConnectionStates(string) ([]bus.ConnectionState, error) {
+	return nil, t.err
+}
 func (t *failTx) ConnectionPage(bus.ConnectionPageParams) (bus.ConnectionPageResult, error) {
 	return bus.ConnectionPageResult{}, t.err
 }

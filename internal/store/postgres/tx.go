@@ -223,6 +223,25 @@ func (t *mgmtTx) ConnectionList(workspaceID string, kind bus.ConnectionKind) ([]
 	return out, interpretError(err)
 }
 
+// ConnectionStates lists the token-check fields of a workspace's
+// connections, in no particular order.
+func (t *mgmtTx) ConnectionStates(workspaceID string) ([]bus.ConnectionState, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT id, kind, status, quota_tier, credential_version FROM connections WHERE workspace_id = $1`, workspaceID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.ConnectionState, error) {
+		var c bus.ConnectionState
+		var kind, status string
+		if err := r.Scan(&c.ID, &kind, &status, &c.QuotaTier, &c.CredentialVersion); err != nil {
+			return bus.ConnectionState{}, err
+		}
+		c.WorkspaceID, c.Kind, c.Status = workspaceID, bus.ConnectionKind(kind), bus.ConnectionStatus(status)
+		return c, nil
+	})
+	return out, interpretError(err)
+}
+
 func (t *mgmtTx) ConnectionUpdate(c bus.Connection) error {
 	subs, err := json.Marshal(c.Subscriptions)
 	if err != nil {

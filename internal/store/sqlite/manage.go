@@ -282,6 +282,27 @@ func (t *tx) ConnectionList(workspaceID string, kind bus.ConnectionKind) ([]bus.
 	return out, interpretError(rows.Err())
 }
 
+// ConnectionStates lists the token-check fields of a workspace's
+// connections, in no particular order.
+func (t *tx) ConnectionStates(workspaceID string) ([]bus.ConnectionState, error) {
+	rows, err := t.d.query(`SELECT id, kind, status, quota_tier, credential_version FROM connections WHERE workspace_id = ?`, workspaceID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []bus.ConnectionState
+	for rows.Next() {
+		var c bus.ConnectionState
+		var kind, status string
+		if err := rows.Scan(&c.ID, &kind, &status, &c.QuotaTier, &c.CredentialVersion); err != nil {
+			return nil, interpretError(err)
+		}
+		c.WorkspaceID, c.Kind, c.Status = workspaceID, bus.ConnectionKind(kind), bus.ConnectionStatus(status)
+		out = append(out, c)
+	}
+	return out, interpretError(rows.Err())
+}
+
 // ConnectionUpdate writes every field of c but its id, workspace and
 // creation time; ErrNotFound if there is no such connection.
 func (t *tx) ConnectionUpdate(c bus.Connection) error {

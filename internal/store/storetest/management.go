@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -437,6 +438,14 @@ func testConnections(e *env) {
 		if got, want := connIDs(ps), []string{prod.ID}; !slices.Equal(got, want) {
 			e.t.Errorf("ConnectionList(ws, producer) = %q, want %q", got, want)
 		}
+		e.checkConnectionStates(tx, ws, all)
+		none, err := tx.ConnectionStates("no-such-workspace")
+		if err != nil {
+			return err
+		}
+		if len(none) != 0 {
+			e.t.Errorf("ConnectionStates(unknown workspace) = %v, want none", none)
+		}
 		return nil
 	})
 
@@ -465,6 +474,11 @@ func testConnections(e *env) {
 		if d := connDiff(got, upd); d != "" {
 			e.t.Errorf("after ConnectionUpdate: %s", d)
 		}
+		all, err := tx.ConnectionList(ws, "")
+		if err != nil {
+			return err
+		}
+		e.checkConnectionStates(tx, ws, all)
 		return nil
 	})
 	// And back to empty values.
@@ -892,4 +906,26 @@ func testTimes(e *env) {
 	r := e.receiveP(bus.ReceiveParams{QueueID: f.Q, Max: 1, Visibility: time.Minute, Now: at(6 * time.Second).In(zone)})
 	wantIDs(e.t, r.Deliveries)
 	checkTime("ReceiveResult.NextVisibleAt", r.NextVisibleAt, at(35*time.Second))
+}
+
+// checkConnectionStates compares ConnectionStates(ws) with the token-check
+// fields of list, the workspace's connections as ConnectionList reads them.
+func (e *env) checkConnectionStates(tx bus.Tx, ws string, list []bus.Connection) {
+	e.t.Helper()
+	got, err := tx.ConnectionStates(ws)
+	if err != nil {
+		e.t.Errorf("ConnectionStates: %v", err)
+		return
+	}
+	want := make([]bus.ConnectionState, 0, len(list))
+	for _, c := range list {
+		want = append(want, bus.ConnectionState{ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind,
+			Status: c.Status, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion})
+	}
+	byID := func(a, b bus.ConnectionState) int { return strings.Compare(a.ID, b.ID) }
+	slices.SortFunc(got, byID)
+	slices.SortFunc(want, byID)
+	if !slices.Equal(got, want) {
+		e.t.Errorf("ConnectionStates(ws) = %+v, want %+v", got, want)
+	}
 }
