@@ -41,6 +41,10 @@ package bench
 // request's own time, and how many other polls were answered meanwhile
 // (the expired polls' answers, when a wave of them is re-issued).
 //
+// SOMBUS_POLLS_TRACE=<file> serves the first node's runtime profiles
+// (--pprof-listen) and writes an execution trace of its first second of
+// the publish phase (step 4) to the file, for `go tool trace`.
+//
 // SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
 // measuring (past the runtime's forced GC, every 2 minutes); there is no
 // quiet window then, only the steady state's slices without answers.
@@ -534,8 +538,14 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	}
 	nodes := make([]*pollNode, count)
 	pids := make([]int, count)
+	traceFile, pprofAddr := os.Getenv("SOMBUS_POLLS_TRACE"), ""
 	for i := range nodes {
-		nodes[i] = startPollNode(t, bin, extra...)
+		args := extra
+		if i == 0 && traceFile != "" {
+			pprofAddr = servertest.FreeAddr(t)
+			args = append(slices.Clip(extra), "--pprof-listen", pprofAddr)
+		}
+		nodes[i] = startPollNode(t, bin, args...)
 		pids[i] = nodes[i].cmd.Process.Pid
 	}
 	node := nodes[0]
@@ -680,6 +690,19 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	var same, cross []time.Duration
 	var next atomic.Int64
 	perm := rand.Perm(len(qs))
+	traced := make(chan struct{})
+	if pprofAddr != "" {
+		go func() {
+			defer close(traced)
+			if err := fetchTrace(ctx, "http://"+pprofAddr+"/debug/pprof/trace?seconds=1", traceFile); err != nil {
+				t.Errorf("execution trace: %v", err)
+				return
+			}
+			t.Logf("execution trace of the first second of the publishes written to %s", traceFile)
+		}()
+	} else {
+		close(traced)
+	}
 	err = split(4, 4, func(int) error {
 		for {
 			k := int(next.Add(1)) - 1
@@ -724,6 +747,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	if err != nil {
 		t.Errorf("publish → answer: %v", err)
 	}
+	<-traced // the node serves the trace until it is written
 	ms := func(ds []time.Duration, q float64) float64 {
 		if len(ds) == 0 {
 			return 0
@@ -757,4 +781,29 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.StopSeconds = stopAll().Seconds()
 	t.Logf("node stopped %.2fs after SIGTERM; client errors %d (%s)", res.StopSeconds, res.Errors, res.FirstError)
 	return res
+}
+
+// fetchTrace writes what GET url answers (an execution trace) to file.
+func fetchTrace(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file) //nolint:gosec // a path the person running the test chose
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
