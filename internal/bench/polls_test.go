@@ -43,7 +43,10 @@ package bench
 //
 // SOMBUS_POLLS_TRACE=<file> serves the first node's runtime profiles
 // (--pprof-listen) and writes an execution trace of its first second of
-// the publish phase (step 4) to the file, for `go tool trace`.
+// the publish phase (step 4) to the file, for `go tool trace`;
+// SOMBUS_POLLS_CPUPROFILE=<file> writes a CPU profile of its first
+// SOMBUS_POLLS_PROFILE_SECONDS (default 5; raise SOMBUS_POLLS_SAMPLES to
+// make the phase last that long) for `go tool pprof`.
 //
 // SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
 // measuring (past the runtime's forced GC, every 2 minutes); there is no
@@ -539,6 +542,11 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	nodes := make([]*pollNode, count)
 	pids := make([]int, count)
 	traceFile, pprofAddr := os.Getenv("SOMBUS_POLLS_TRACE"), ""
+	profileURL := "/debug/pprof/trace?seconds=1"
+	if f := os.Getenv("SOMBUS_POLLS_CPUPROFILE"); f != "" {
+		traceFile = f
+		profileURL = fmt.Sprintf("/debug/pprof/profile?seconds=%d", envInt(t, "SOMBUS_POLLS_PROFILE_SECONDS", 5))
+	}
 	for i := range nodes {
 		args := extra
 		if i == 0 && traceFile != "" {
@@ -694,11 +702,11 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	if pprofAddr != "" {
 		go func() {
 			defer close(traced)
-			if err := fetchTrace(ctx, "http://"+pprofAddr+"/debug/pprof/trace?seconds=1", traceFile); err != nil {
-				t.Errorf("execution trace: %v", err)
+			if err := fetchTrace(ctx, "http://"+pprofAddr+profileURL, traceFile); err != nil {
+				t.Errorf("%s: %v", profileURL, err)
 				return
 			}
-			t.Logf("execution trace of the first second of the publishes written to %s", traceFile)
+			t.Logf("%s over the publishes written to %s", profileURL, traceFile)
 		}()
 	} else {
 		close(traced)
@@ -783,7 +791,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	return res
 }
 
-// fetchTrace writes what GET url answers (an execution trace) to file.
+// fetchTrace writes what GET url answers (a trace or a profile) to file.
 func fetchTrace(ctx context.Context, url, file string) error {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
