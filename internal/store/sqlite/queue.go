@@ -23,6 +23,7 @@ func newNonce() int64 { return rand.Int64N(math.MaxInt64) + 1 }
 // deduplicated, then placed at the tail of its story in every consumer
 // queue of the workspace whose subscriptions match.
 func (s *Store) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
+	s.warmRoutes(ctx, p.WorkspaceID)
 	var out []bus.PublishOutcome
 	err := s.w.do(ctx, func(d *dbq) error {
 		var err error
