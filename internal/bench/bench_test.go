@@ -10,6 +10,24 @@
 // shape, with the messages in memory) and report its rate as floor-msgs/s
 // and theirs as a share of it, ratio-to-floor. BenchmarkFloor* measure the
 // floor alone, for its allocations next to sombus's (-benchmem).
+//
+// Environment:
+//
+//   - SOMBUS_BENCH_DIR: where the SQLite files go (default b.TempDir(), on
+//     disk; /dev/shm takes the fsync's cost away);
+//   - SOMBUS_BENCH_SQLITE: store parameters appended to the store's URL
+//     (synchronous=normal, …);
+//   - SOMBUS_BENCH_CPUPROFILE=<file>: a CPU profile (go tool pprof) of the
+//     timed part of BenchmarkDrain and BenchmarkPublishSingle only: not the
+//     queue's pre-fill nor the floor's run, which -cpuprofile would include;
+//   - SOMBUS_BENCH_TRACE=<file>: an execution trace (go tool trace) of the
+//     same part.
+//
+// Each run of a benchmark writes the file again, so it holds the last run
+// (the one with the final b.N; -benchtime Nx makes it the only one): select
+// one benchmark at a time, e.g.
+//
+//	SOMBUS_BENCH_CPUPROFILE=/tmp/drain.prof go test -run '^$' -bench '^BenchmarkDrain$' -benchtime 20000x ./internal/bench/
 package bench
 
 import (
@@ -19,6 +37,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -108,6 +128,44 @@ func split(total, k int, work func(i int) error) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// profileTimed starts the CPU profile and the execution trace that
+// SOMBUS_BENCH_CPUPROFILE and SOMBUS_BENCH_TRACE ask for (see the package
+// comment), if any; the result stops them and closes their files.
+func profileTimed(b *testing.B) (stop func()) {
+	b.Helper()
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	start := func(env string, begin func(*os.File) error, end func()) {
+		path := os.Getenv(env)
+		if path == "" {
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			stop()
+			b.Fatalf("%s: %v", env, err)
+		}
+		if err := begin(f); err != nil {
+			_ = f.Close()
+			stop()
+			b.Fatalf("%s: %v", env, err)
+		}
+		stops = append(stops, func() {
+			end()
+			if err := f.Close(); err != nil {
+				b.Errorf("%s: %v", env, err)
+			}
+		})
+	}
+	start("SOMBUS_BENCH_CPUPROFILE", func(f *os.File) error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile)
+	start("SOMBUS_BENCH_TRACE", func(f *os.File) error { return trace.Start(f) }, trace.Stop)
+	return stop
 }
 
 func rate(b *testing.B, msgs int) {
@@ -281,10 +339,12 @@ func vsFloor(b *testing.B, p *servertest.Pair, prepare func(target) error, work 
 func BenchmarkPublishSingle(b *testing.B) {
 	n, p := setup(b)
 	b.ResetTimer()
+	stopProfile := profileTimed(b)
 	cpu := processCPU()
 	err := publishSingle(nodeTarget(n, p), b.N)
 	cpu = processCPU() - cpu
 	b.StopTimer()
+	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -324,10 +384,12 @@ func BenchmarkDrain(b *testing.B) {
 	n, p := setup(b)
 	fill(b, n, p, b.N)
 	b.ResetTimer()
+	stopProfile := profileTimed(b)
 	cpu := processCPU()
 	receives, err := drain(nodeTarget(n, p), b.N)
 	cpu = processCPU() - cpu
 	b.StopTimer()
+	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}
