@@ -29,12 +29,16 @@ func benchStore(b *testing.B) *Store {
 
 // BenchmarkPublishParallel publishes single messages from many goroutines:
 // group commit puts many of them in one transaction (one fsync).
+// cpu-µs/msg is the process's CPU time per message: on a shared machine
+// steadier than the time per op.
 func BenchmarkPublishParallel(b *testing.B) {
 	s := benchStore(b)
 	ws, prod, _ := setupQueueB(b, s)
 	var n atomic.Int64
 	b.SetParallelism(16)
 	b.ResetTimer()
+	cpu0 := cpuTime()
+	defer func() { reportCPU(b, cpu0, b.N) }()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
