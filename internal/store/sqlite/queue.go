@@ -209,6 +209,17 @@ func appendToStory(d *dbq, queueID, key string, now int64, tails map[int64]*head
 
 // flushTails writes the tails of the stories appendToStory extended.
 func flushTails(d *dbq, tails map[int64]*head) error {
+	if len(tails) <= flushTailsByID {
+		// A single publish, or a batch of few stories: a prepared
+		// statement per story is cheaper than the join, whose VALUES list
+		// SQLite builds into a table of its own before searching stories.
+		for id, s := range tails {
+			if _, err := d.exec(`UPDATE stories SET tail_seq = ?, tail_id = ? WHERE id = ?`, s.tail, s.tailID, id); err != nil {
+				return interpretError(err)
+			}
+		}
+		return nil
+	}
 	const chunk = 300
 	args := make([]any, 0, 3*min(len(tails), chunk))
 	n := 0
@@ -230,6 +241,10 @@ func flushTails(d *dbq, tails map[int64]*head) error {
 	}
 	return flush()
 }
+
+// flushTailsByID: flushTails updates up to this many stories one
+// statement each, more with one join.
+const flushTailsByID = 4
 
 // messageCols are the columns publish writes, messageArgs their values.
 const messageCols = `id, story_id, seq, prev, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope`
