@@ -220,7 +220,7 @@ func BenchmarkDepthReceiveAck(b *testing.B) {
 			b.ResetTimer()
 			defer profileTimed(b)()
 			cpu0 := cpuTime()
-			taken := drainParallel(b, s, q, now)
+			taken := drainParallel(b, s, q, now, nil)
 			if taken < b.N*10 {
 				b.Fatalf("took %d messages, want %d", taken, b.N*10)
 			}
@@ -346,11 +346,21 @@ func BenchmarkDepthQueueStats(b *testing.B) {
 
 // drainParallel receives batches of up to 10 from queue q at now and
 // acknowledges each, from 4 goroutines per GOMAXPROCS, until the
-// benchmark's loop ends, and returns how many messages were taken.
-func drainParallel(b *testing.B, s *Store, q string, now time.Time) int {
+// benchmark's loop ends, and returns how many messages were taken. With
+// acks non-nil, it appends the time each MessageAck call took to it.
+func drainParallel(b *testing.B, s *Store, q string, now time.Time, acks *[]time.Duration) int {
 	var taken atomic.Int64
+	var mu sync.Mutex
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
+		var lat []time.Duration
+		if acks != nil {
+			defer func() {
+				mu.Lock()
+				*acks = append(*acks, lat...)
+				mu.Unlock()
+			}()
+		}
 		for pb.Next() {
 			r, err := s.MessageReceive(context.Background(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now})
 			if err != nil {
@@ -361,9 +371,13 @@ func drainParallel(b *testing.B, s *Store, q string, now time.Time) int {
 			for i, d := range r.Deliveries {
 				hs[i] = d.Handle
 			}
+			t := time.Now()
 			if _, err := s.MessageAck(context.Background(), &bus.SettleParams{QueueID: q, Handles: hs, Now: now}); err != nil {
 				b.Error(err)
 				return
+			}
+			if acks != nil {
+				lat = append(lat, time.Since(t))
 			}
 			taken.Add(int64(len(hs)))
 		}
