@@ -20,11 +20,11 @@ type ackedRows struct{ n int }
 // count of messages, and deletes every named row once enough gathered.
 // The caller advances their stories in the same transaction.
 func markAcked(d *dbq, queueID string, rows []int64) error {
-	args := make([]any, len(rows))
-	for i, r := range rows {
-		args[i] = r
+	args := d.argList(len(rows))
+	for _, r := range rows {
+		args.int(r)
 	}
-	if _, err := d.exec(`INSERT INTO acked_messages(id) VALUES `+placeholders(len(rows), 1), args...); err != nil {
+	if _, err := d.exec(ackedSQL.text(len(rows)), args.args...); err != nil {
 		return interpretError(err)
 	}
 	if _, err := d.exec(`UPDATE queue_counts SET messages = messages - ? WHERE queue_id = ?`, len(rows), queueID); err != nil {
@@ -38,6 +38,9 @@ func markAcked(d *dbq, queueID string, rows []int64) error {
 	}
 	return flushAcked(d)
 }
+
+// ackedSQL names n acknowledged message rows.
+var ackedSQL = newSizedSQL(func(n int) string { return `INSERT INTO acked_messages(id) VALUES ` + placeholders(n, 1) })
 
 // flushAcked deletes the message rows named in acked_messages (in row id
 // order, so that runs of adjacent rows free their pages); the trigger on

@@ -94,6 +94,14 @@ func readArgs(args []any) []any {
 		case nil:
 		case int64:
 			out[i] = v
+		case *int64: // argList
+			if v != nil {
+				out[i] = *v
+			}
+		case *string: // argList
+			if v != nil {
+				out[i] = *v
+			}
 		case int:
 			out[i] = v
 		case int32:
@@ -157,6 +165,8 @@ type stmtCache struct {
 	stmts map[string]*wstmt
 	// used are the statements handed out since the last settle.
 	used []*wstmt
+	// args is the writer's reused argument list (dbq.argList).
+	args argList
 }
 
 func newStmtCache(c *rawConn) *stmtCache {

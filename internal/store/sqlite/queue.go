@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -387,16 +388,15 @@ func readDelivery(d *dbq, del *bus.Delivery, id int64) error {
 // stories from their head rows (message row ids, in the same order), in
 // one statement.
 func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
+	ids = ids[:len(dels)]
 	if len(dels) == 1 {
 		return readDelivery(d, &dels[0], ids[0])
 	}
-	byRow := make(map[int64]int, len(dels))
-	args := make([]any, 0, len(dels))
+	args := d.argList(len(dels))
 	for i := range dels {
-		byRow[ids[i]] = i
-		args = append(args, ids[i])
+		args.int(ids[i])
 	}
-	rows, err := d.query(`SELECT id, `+deliveryCols+` FROM messages WHERE id IN (`+inList(len(dels))+`)`, args...)
+	rows, err := d.query(readDeliveriesSQL.text(len(dels)), args.args...)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -408,8 +408,8 @@ func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
 		if err := rows.Scan(&row, &del.MessageID, &del.MessageType, &del.CorrelationID, &del.Topic, &del.ProducerID, &enq, &del.Envelope); err != nil {
 			return interpretError(err)
 		}
-		i, ok := byRow[row]
-		if !ok {
+		i := slices.Index(ids, row) // a receive takes a few: no map
+		if i < 0 {
 			continue
 		}
 		del.Handle, del.ReceiveCount, del.EnqueuedAt = dels[i].Handle, dels[i].ReceiveCount, fromMS(enq)
@@ -424,6 +424,17 @@ func readDeliveries(d *dbq, dels []bus.Delivery, ids []int64) error {
 	}
 	return nil
 }
+
+var readDeliveriesSQL = newSizedSQL(func(n int) string {
+	return `SELECT id, ` + deliveryCols + ` FROM messages WHERE id IN (` + inList(n) + `)`
+})
+
+// claimSQL claims n story heads: arguments visible_at, then (story id,
+// receive count, nonce) for each.
+var claimSQL = newSizedSQL(func(n int) string {
+	return `UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
+				FROM (VALUES ` + placeholders(n, 3) + `) AS c WHERE stories.id = c.column1`
+})
 
 func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 	now := ms(p.Now)
@@ -469,21 +480,26 @@ func receive(d *dbq, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
 		if n := len(claimed); n > 0 {
 			res.Deliveries = make([]bus.Delivery, n)
 			visibleAt := ms(p.Now.Add(p.Visibility))
-			args := make([]any, 0, 1+3*n)
-			args = append(args, visibleAt)
-			ids := make([]int64, n)
+			var idsBuf [sizedSQLMemo]int64
+			ids := idsBuf[:0]
 			for i, h := range claimed {
 				del := &res.Deliveries[i]
 				del.Handle = bus.Handle{QueueID: p.QueueID, StoryID: h.id, Seq: h.seq, Nonce: newNonce()}
 				del.ReceiveCount = h.receiveCount + 1
-				args = append(args, h.id, del.ReceiveCount, del.Handle.Nonce)
-				ids[i] = h.headID
+				ids = append(ids, h.headID)
 			}
 			if err := readDeliveries(d, res.Deliveries, ids); err != nil {
 				return nil, err
 			}
-			if _, err := d.exec(`UPDATE stories SET receive_count = c.column2, nonce = c.column3, visible_at = ?, delayed = 0
-				FROM (VALUES `+placeholders(n, 3)+`) AS c WHERE stories.id = c.column1`, args...); err != nil {
+			args := d.argList(1 + 3*n)
+			args.int(visibleAt)
+			for i, h := range claimed {
+				del := &res.Deliveries[i]
+				args.int(h.id)
+				args.int(int64(del.ReceiveCount))
+				args.int(del.Handle.Nonce)
+			}
+			if _, err := d.exec(claimSQL.text(n), args.args...); err != nil {
 				return nil, interpretError(err)
 			}
 			for i, h := range claimed {
@@ -606,7 +622,7 @@ func placeholders(n, k int) string {
 func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	out := make([]bus.SettleResult, len(p.Handles))
 	stories := make(map[int64]int, len(p.Handles))
-	var ids []any
+	var ids []int64
 	for _, h := range p.Handles {
 		if h.QueueID != p.QueueID {
 			continue
@@ -622,12 +638,12 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	type state struct{ head, nonce, row int64 }
 	heads := make(map[int64]state, len(ids))
 	for _, id := range ids {
-		h, err := headOf(d, p.QueueID, id.(int64))
+		h, err := headOf(d, p.QueueID, id)
 		if err != nil {
 			return nil, err
 		}
 		if h != nil {
-			heads[id.(int64)] = state{head: h.seq, nonce: h.nonce, row: h.headID}
+			heads[id] = state{head: h.seq, nonce: h.nonce, row: h.headID}
 		}
 	}
 	var live []bus.Handle
@@ -671,14 +687,16 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[int64]bool, error) {
 	now := ms(p.Now)
 	n := len(live)
-	recs := make([]any, 0, 5*n)
-	ids := make([]any, 0, n)
+	// Every live handle is of p's queue (ackAll checked).
+	recs := d.argList(4 * n)
 	for _, h := range live {
-		recs = append(recs, h.QueueID, h.StoryID, h.Seq, h.Nonce, now)
-		ids = append(ids, h.StoryID)
+		recs.str(&p.QueueID)
+		recs.int(h.StoryID)
+		recs.int(h.Seq)
+		recs.int(h.Nonce)
+		recs.int(now)
 	}
-	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES `+placeholders(n, 5)+`
-		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`, recs...); err != nil {
+	if _, err := d.exec(ackRecordsSQL.text(n), recs.args...); err != nil {
 		return nil, interpretError(err)
 	}
 	// The rows stay, named in acked_messages, until enough gathered to be
@@ -692,10 +710,11 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[
 	// enqueued_at; a story left empty goes.
 	// One search of messages_next a story (a join, where a subquery for
 	// the values and one for the condition searched twice).
-	res, err := d.query(`UPDATE stories SET head_id = m.id, head_seq = m.seq, visible_at = m.enqueued_at,
-			receive_count = 0, nonce = 0, delayed = 0
-		FROM messages m WHERE stories.id IN (`+inList(n)+`) AND m.prev = stories.head_id
-		RETURNING stories.id, stories.head_id, stories.head_seq, stories.visible_at`, ids...)
+	ids := d.argList(n)
+	for _, h := range live {
+		ids.int(h.StoryID)
+	}
+	res, err := d.query(advanceSQL.text(n), ids.args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -718,23 +737,41 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[
 	for _, a := range advanced {
 		d.heads.storyAdvanced(p.QueueID, a.id, true, a.seq, a.row, a.visibleAt)
 	}
-	var empty []any
+	empty := d.argList(n)
 	for _, h := range live {
 		if !woken[h.StoryID] {
 			woken[h.StoryID] = false
-			empty = append(empty, h.StoryID)
+			empty.int(h.StoryID)
 		}
 	}
-	if len(empty) > 0 {
-		if _, err := d.exec(`DELETE FROM stories WHERE id IN (`+inList(len(empty))+`)`, empty...); err != nil {
+	if len(empty.ints) > 0 {
+		if _, err := d.exec(deleteStoriesSQL.text(len(empty.ints)), empty.args...); err != nil {
 			return nil, interpretError(err)
 		}
-		for _, id := range empty {
-			d.heads.storyAdvanced(p.QueueID, id.(int64), false, 0, 0, 0)
+		for _, id := range empty.ints {
+			d.heads.storyAdvanced(p.QueueID, id, false, 0, 0, 0)
 		}
 	}
 	return woken, nil
 }
+
+// ackRecordsSQL records n acks: (queue id, story id, seq, nonce, acked at)
+// each.
+var ackRecordsSQL = newSizedSQL(func(n int) string {
+	return `INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES ` + placeholders(n, 5) + `
+		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`
+})
+
+// advanceSQL advances n stories (their ids) past their heads (ackLive).
+var advanceSQL = newSizedSQL(func(n int) string {
+	return `UPDATE stories SET head_id = m.id, head_seq = m.seq, visible_at = m.enqueued_at,
+			receive_count = 0, nonce = 0, delayed = 0
+		FROM messages m WHERE stories.id IN (` + inList(n) + `) AND m.prev = stories.head_id
+		RETURNING stories.id, stories.head_id, stories.head_seq, stories.visible_at`
+})
+
+// deleteStoriesSQL deletes n stories by id.
+var deleteStoriesSQL = newSizedSQL(func(n int) string { return `DELETE FROM stories WHERE id IN (` + inList(n) + `)` })
 
 // MessageNack releases deliveries after p.Delay (or dead-letters those that
 // used up their attempts), one result per handle, in order.

@@ -182,6 +182,18 @@ func (s *wstmt) bindOne(i int32, a any) error {
 		rc = sqlite3.Xsqlite3_bind_null(tls, p, i)
 	case int64:
 		rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, v)
+	case *int64: // argList
+		if v == nil {
+			rc = sqlite3.Xsqlite3_bind_null(tls, p, i)
+		} else {
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, *v)
+		}
+	case *string: // argList
+		if v == nil {
+			rc = sqlite3.Xsqlite3_bind_null(tls, p, i)
+		} else {
+			rc = s.bindText(i, *v)
+		}
 	case int:
 		rc = sqlite3.Xsqlite3_bind_int64(tls, p, i, int64(v))
 	case int32:
