@@ -260,14 +260,7 @@ func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint6
 		}
 	}
 	for _, conn := range conns {
-		cs := connState{
-			exists:            true,
-			kind:              conn.Kind,
-			workspaceID:       conn.WorkspaceID,
-			status:            conn.Status,
-			credentialVersion: conn.CredentialVersion,
-			quotaTier:         conn.QuotaTier,
-		}
+		cs := stateFrom(conn)
 		if conn.ID == id {
 			st = cs
 		}
@@ -277,7 +270,9 @@ func (c *Checker) refreshWorkspace(ctx context.Context, ws, id string, gen uint6
 	return st, true
 }
 
-func stateOf(conn bus.Connection) connState {
+func stateOf(conn bus.Connection) connState { return stateFrom(conn.State()) }
+
+func stateFrom(conn bus.ConnectionState) connState {
 	return connState{
 		exists:            true,
 		kind:              conn.Kind,

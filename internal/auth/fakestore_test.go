@@ -103,8 +103,7 @@ func (t *fakeTx) ConnectionStates(workspaceID string) ([]bus.ConnectionState, er
 	var out []bus.ConnectionState
 	for _, c := range t.s.conns {
 		if c.WorkspaceID == workspaceID {
-			out = append(out, bus.ConnectionState{ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind,
-				Status: c.Status, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion})
+			out = append(out, c.State())
 		}
 	}
 	return out, nil

@@ -144,6 +144,12 @@ type Connection struct {
 	PreviousSecretExpiresAt *time.Time
 }
 
+// State is the part of c that decides whether its tokens are accepted.
+func (c Connection) State() ConnectionState {
+	return ConnectionState{ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind, Status: c.Status,
+		QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion}
+}
+
 // AuditEntry records one change: who did what to what, and when.
 type AuditEntry struct {
 	ID          string         `json:"id"`

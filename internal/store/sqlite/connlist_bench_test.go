@@ -33,34 +33,28 @@ func BenchmarkConnectionListWorkspace(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("list", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			err := s.View(context.Background(), func(tx bus.Tx) error {
-				l, err := tx.ConnectionList(ws, "")
-				if err == nil && len(l) != 101 {
-					err = fmt.Errorf("%d connections, want 101", len(l))
+	reads := []struct {
+		name string
+		read func(tx bus.Tx) (int, error)
+	}{
+		{"list", func(tx bus.Tx) (int, error) { l, err := tx.ConnectionList(ws, ""); return len(l), err }},
+		{"states", func(tx bus.Tx) (int, error) { l, err := tx.ConnectionStates(ws); return len(l), err }},
+	}
+	for _, r := range reads {
+		b.Run(r.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				err := s.View(context.Background(), func(tx bus.Tx) error {
+					n, err := r.read(tx)
+					if err == nil && n != 101 {
+						err = fmt.Errorf("%d connections, want 101", n)
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
 				}
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
 			}
-		}
-	})
-	b.Run("states", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			err := s.View(context.Background(), func(tx bus.Tx) error {
-				l, err := tx.ConnectionStates(ws)
-				if err == nil && len(l) != 101 {
-					err = fmt.Errorf("%d connections, want 101", len(l))
-				}
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }

@@ -919,8 +919,7 @@ func (e *env) checkConnectionStates(tx bus.Tx, ws string, list []bus.Connection)
 	}
 	want := make([]bus.ConnectionState, 0, len(list))
 	for _, c := range list {
-		want = append(want, bus.ConnectionState{ID: c.ID, WorkspaceID: c.WorkspaceID, Kind: c.Kind,
-			Status: c.Status, QuotaTier: c.QuotaTier, CredentialVersion: c.CredentialVersion})
+		want = append(want, c.State())
 	}
 	byID := func(a, b bus.ConnectionState) int { return strings.Compare(a.ID, b.ID) }
 	slices.SortFunc(got, byID)
