@@ -77,9 +77,10 @@ type Store interface {
 
 	// Listen calls fn with a queue id whenever another node made a message
 	// of that queue ready, until ctx ends. A store shared by several nodes
-	// sends that notification itself, in the transaction of every change
+	// sends that notification itself, after the commit of every change
 	// that makes a story ready (publish, ack, nack, dead-letter move,
-	// redrive, maintenance), so callers never have to. The SQLite store
+	// redrive, maintenance), so callers never have to; it may leave it out
+	// while no other node listens (PostgreSQL does). The SQLite store
 	// (one node) blocks until ctx ends: its node wakes its own waiters from
 	// the Woken/QueueIDs results.
 	Listen(ctx context.Context, fn func(queueID string)) error

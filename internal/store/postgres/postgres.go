@@ -30,9 +30,27 @@
 // flush included, so notifying transactions commit one at a time across
 // every node; coalesced, the nodes send a few notifications instead of one
 // per write. A notification lost to a crash delays a wake-up on another
-// node until its fallback poll, as any lost notification does. The Woken
-// and QueueIDs fields are still filled so that a node can wake its own
-// waiters at once.
+// node as any lost notification does: a waiting poll reads nothing until
+// woken, so it answers empty when its wait (at most 20 s) runs out, and
+// its client's next receive finds the message. The Woken and QueueIDs
+// fields are still filled so that a node wakes its own waiters at once,
+// in process (bus.Service), without a notification.
+//
+// A node alone sends no notification at all (notify.go). Nobody needs
+// one when no other session listens on sombus_ready: the node's Listen
+// looks every second, and at once when its own listener (re)connects, in
+// pg_stat_activity for another session of the database whose last
+// statement is `LISTEN sombus_ready` (every listener, of this version or
+// an earlier one, ends its set-up with it). While none is seen, posted ids
+// are held, not sent; the moment one is seen they are sent, together with
+// every later post. A listener that starts says so on sombus_listeners
+// (its "hello"), which makes the others send at once rather than at their
+// next check, so a node that has just started listening gets the wake-ups
+// of every change committed after its LISTEN, a few milliseconds late.
+// When the node cannot tell (no Listen running, its own listener down or
+// not seen in pg_stat_activity, the check failing, or a session of another
+// role whose statements its role may not see), it notifies every change,
+// as before.
 //
 // Queue counts: each queue's messages and dead letters are counted by
 // triggers into counter rows (queue_counts, migration 0008), one row per

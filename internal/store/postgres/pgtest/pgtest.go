@@ -86,6 +86,45 @@ func URL(t testing.TB) string {
 	return withSearchPath(t, base, schema)
 }
 
+// Database creates a fresh database t_<random> and returns a URL for it
+// (its public schema). The database is dropped, with any session still on
+// it, when the test ends. It is for tests that must see no session of
+// other tests: LISTEN/NOTIFY and pg_stat_activity are per database, not
+// per schema.
+func Database(t testing.TB) string {
+	t.Helper()
+	pool, base := adminPool(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("postgres: create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, `DROP DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+			t.Errorf("postgres: drop test database %s: %v", name, err)
+		}
+	})
+	return withDatabase(t, base, name)
+}
+
+// withDatabase names the database on a URL or key=value connection string.
+func withDatabase(t testing.TB, base, name string) string {
+	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatalf("postgres: %s: %v", URLEnv, err)
+		}
+		u.Path = "/" + name
+		return u.String()
+	}
+	return base + " dbname=" + name
+}
+
 // withSearchPath sets search_path on a URL or key=value connection string.
 func withSearchPath(t testing.TB, base, schema string) string {
 	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {

@@ -1,0 +1,193 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+// waitAlone waits until s's notifier holds its posts: its check found no
+// other listener.
+func waitAlone(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.notify.mu.Lock()
+		alone := s.notify.alone
+		s.notify.mu.Unlock()
+		if alone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node never found itself alone on its database")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cycle publishes two messages of a new story on pub and receives and
+// acknowledges them on sub, one at a time: the publish makes the queue
+// ready, and so does the first ack (the story's next message).
+func cycle(t *testing.T, pub, sub *Store, ws, prod, q string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	story := fmt.Sprint("cs", n)
+	msgs := []bus.PublishMessage{testMessage(fmt.Sprint("c", n, "a"), story), testMessage(fmt.Sprint("c", n, "b"), story)}
+	if _, err := pub.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+		Messages: msgs, Now: time.Now()}); err != nil {
+		t.Fatalf("MessagePublish: %v", err)
+	}
+	for range msgs {
+		res, err := sub.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: time.Now()})
+		if err != nil || len(res.Deliveries) != 1 {
+			t.Fatalf("MessageReceive: %v, %d deliveries, want 1", err, len(res.Deliveries))
+		}
+		rs, err := sub.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{res.Deliveries[0].Handle}, Now: time.Now()})
+		if err != nil || !rs[0].OK {
+			t.Fatalf("MessageAck: %v %+v", err, rs)
+		}
+	}
+}
+
+// TestAloneSendsNoNotify: a node alone on its database (its own listener
+// the only one) sends no NOTIFY for a publish, receive and ack, and sends
+// them again once another node listens.
+func TestAloneSendsNoNotify(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t) // a database of its own: no other test's listeners
+	a := openURL(t, url)
+	listen(t, a)
+	ws, prod, q := setupQueue(t, a, 5)
+	waitAlone(t, a)
+	before := a.notify.sent.Load()
+	for i := range 5 {
+		cycle(t, a, a, ws, prod, q, i)
+	}
+	if sent := a.notify.sent.Load() - before; sent != 0 {
+		t.Fatalf("a node alone sent %d NOTIFY statements, want none", sent)
+	}
+
+	// A second node starts listening: a's writes are notified again.
+	b := openURL(t, url)
+	heard := listen(t, b)
+	n := 100
+	waitFor(t, heard, q, func() {
+		n++
+		cycle(t, a, a, ws, prod, q, n)
+	})
+	if a.notify.sent.Load() == before {
+		t.Fatal("a notified nothing with b listening")
+	}
+}
+
+// TestSecondNodeWokenAtOnce: a publish on a node that was alone, right
+// after a second node's listener started, reaches that listener within a
+// short time: at once through the second node's hello, or at the first
+// node's next check, which sends what it held meanwhile.
+func TestSecondNodeWokenAtOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	listen(t, a)
+	ws, prod, q := setupQueue(t, a, 5)
+	b := openURL(t, url)
+	for round := range 3 {
+		waitAlone(t, a)
+		// b's listener starts; a publishes once as soon as it listens.
+		ctx, cancel := context.WithCancel(t.Context())
+		heard := make(chan string, 64)
+		done := make(chan error, 1)
+		go func() {
+			done <- b.Listen(ctx, func(id string) {
+				select {
+				case heard <- id:
+				default:
+				}
+			})
+		}()
+		waitListeners(t, b, 2)
+		start := time.Now()
+		m := testMessage(fmt.Sprint("r", round), fmt.Sprint("rs", round))
+		if _, err := a.MessagePublish(t.Context(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{m}, Now: time.Now()}); err != nil {
+			t.Fatalf("MessagePublish: %v", err)
+		}
+		// checkEvery is 1 s; 3 s is room for a busy machine, far under a
+		// poll's wait.
+		timeout := time.After(3 * time.Second)
+	wait:
+		for {
+			select {
+			case id := <-heard:
+				if id == q {
+					t.Logf("round %d: heard after %v", round, time.Since(start))
+					break wait
+				}
+			case <-timeout:
+				t.Fatalf("round %d: b never heard the publish made right after it started listening", round)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Listen: %v", err)
+		}
+	}
+}
+
+// TestEarlierVersionListenerSeen: a listener that sends no hello (as a node
+// of an earlier version) is seen by the next check, and the ids the node
+// held meanwhile reach it then.
+func TestEarlierVersionListenerSeen(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	listen(t, a)
+	waitAlone(t, a)
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), `LISTEN sombus_ready`); err != nil {
+		t.Fatal(err)
+	}
+	q := bus.NewID(bus.PrefixConnection)
+	a.notify.post([]string{q}) // most likely held: a has not checked since
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("the earlier version's listener never heard the held id: %v", err)
+		}
+		if n.Payload == q {
+			return
+		}
+	}
+}
+
+// waitListeners waits until count sessions on s's database listen.
+func waitListeners(t *testing.T, s *Store, count int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = $1`, listenStatement).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= count {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners, want %d", n, count)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
