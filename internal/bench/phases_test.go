@@ -27,18 +27,26 @@ package bench
 //   - sombus/nodes=1 and sombus/nodes=2: in-process nodes over HTTP, the
 //     workers spread over the nodes (as BenchmarkMessagePath).
 //
-// msgs/s is b.N over the timed phase.
+// msgs/s is b.N over the timed phase. With SOMBUS_BENCH_COMMITS=1 the
+// sombus systems also report commits/msg: the growth of the database's
+// pg_stat_database.xact_commit over the timed phase, per message, less the
+// nodes' idle rate (maintenance, sampling, listener checks) measured just
+// before. PostgreSQL publishes a backend's counts up to about 10 s late,
+// so each figure costs 27 s of waiting, and the database should be one
+// that nothing else uses meanwhile (SOMBUS_TEST_POSTGRES_URL).
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sombus/sombus/internal/server/servertest"
@@ -64,8 +72,9 @@ func BenchmarkPostgresPhases(b *testing.B) {
 			}
 			for _, n := range []int{1, 2} {
 				b.Run(fmt.Sprintf("system=sombus/nodes=%d", n), func(b *testing.B) {
-					nodes, p := mpNodes(b, pgtest.URL(b), n)
-					sombusPhase(b, phase, nodes, p)
+					url := pgtest.URL(b)
+					nodes, p := mpNodes(b, url, n)
+					sombusPhase(b, phase, url, nodes, p)
 				})
 			}
 		})
@@ -259,7 +268,7 @@ func scanPlain(rows interface {
 
 // --- sombus -----------------------------------------------------------
 
-func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *servertest.Pair) {
+func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *servertest.Pair) {
 	total := int64(b.N)
 	var next, msgID atomic.Int64
 	env := func(i int64) map[string]any {
@@ -286,8 +295,10 @@ func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *server
 		})
 	}
 	var err error
+	var cm *commitMeter
 	switch phase {
 	case "single":
+		cm = startCommits(b, url)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			i := next.Add(1) - 1
@@ -301,6 +312,7 @@ func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *server
 			return true, err
 		})
 	case "batch":
+		cm = startCommits(b, url)
 		b.ResetTimer()
 		err = publishBatches()
 	case "drain":
@@ -308,6 +320,7 @@ func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *server
 		if err := publishBatches(); err != nil {
 			b.Fatal(err)
 		}
+		cm = startCommits(b, url)
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
@@ -349,4 +362,59 @@ func sombusPhase(b *testing.B, phase string, nodes []*servertest.Node, p *server
 		b.Fatal(err)
 	}
 	phReport(b)
+	cm.report(b)
+}
+
+// commitMeter counts the database's commits over a timed phase
+// (SOMBUS_BENCH_COMMITS).
+type commitMeter struct {
+	conn  *pgx.Conn
+	start int64     // xact_commit at the phase's start
+	at    time.Time // when start was read
+	rate  float64   // idle commits a second just before
+}
+
+// xactCommit reads the database's published commit count.
+func (m *commitMeter) xactCommit(b *testing.B) int64 {
+	var n int64
+	if err := m.conn.QueryRow(context.Background(), `SELECT xact_commit FROM pg_stat_database
+		WHERE datname = current_database()`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// startCommits waits until the commits so far are published, measures the
+// idle rate, and returns the meter (nil without SOMBUS_BENCH_COMMITS, and
+// for the first run of one message, which go test makes before the real
+// one). The caller resets the benchmark's timer after it.
+func startCommits(b *testing.B, url string) *commitMeter {
+	if os.Getenv("SOMBUS_BENCH_COMMITS") == "" || b.N <= 1 {
+		return nil
+	}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	m := &commitMeter{conn: conn}
+	time.Sleep(11 * time.Second)
+	c1, t1 := m.xactCommit(b), time.Now()
+	time.Sleep(5 * time.Second)
+	m.start, m.at = m.xactCommit(b), time.Now()
+	m.rate = float64(m.start-c1) / m.at.Sub(t1).Seconds()
+	return m
+}
+
+// report waits until the phase's commits are published and reports
+// commits/msg, less the idle rate over the time since the start.
+func (m *commitMeter) report(b *testing.B) {
+	if m == nil {
+		return
+	}
+	time.Sleep(11 * time.Second)
+	end := m.xactCommit(b)
+	idle := m.rate * time.Since(m.at).Seconds()
+	b.ReportMetric((float64(end-m.start)-idle)/float64(b.N), "commits/msg")
+	b.ReportMetric(m.rate, "idle-commits/s")
 }
