@@ -17,25 +17,6 @@ import (
 // version in its own transaction (triggers of the connections table), so
 // the two agree. The consumers are listed as publish has always listed
 // them: by created_at, then rowid.
-// warmRoutes compiles the routing of workspaceID on the read pool when
-// this node holds none for it (the workspace's first publish since the
-// start, or since its routing was dropped from the cache), so that the
-// writer finds it: reading and parsing every consumer's subscriptions
-// inside the write transaction made every other write wait for it, a
-// millisecond or more for a workspace of a hundred consumers. The writer
-// still checks the version it reads against the compiled one and compiles
-// again when they differ (a consumer changed meanwhile); a failure here
-// only leaves the work to the writer.
-func (s *Store) warmRoutes(ctx context.Context, workspaceID string) {
-	if _, _, ok := s.routes.Latest(workspaceID); ok {
-		return
-	}
-	_ = s.read(ctx, func(d *dbq) error {
-		_, err := router(d, &s.routes, workspaceID)
-		return err
-	})
-}
-
 func router(d *dbq, cache *bus.RouteCache, workspaceID string) (*bus.Router, error) {
 	var version int64
 	err := d.row(`SELECT routing_version FROM workspaces WHERE id = ?`, workspaceID).Scan(&version)
@@ -78,4 +59,23 @@ func router(d *dbq, cache *bus.RouteCache, workspaceID string) (*bus.Router, err
 		cache.Put(workspaceID, version, r)
 	}
 	return r, nil
+}
+
+// warmRoutes compiles the routing of workspaceID on the read pool when
+// this node holds none for it (the workspace's first publish since the
+// start, or since its routing was dropped from the cache), so that the
+// writer finds it: reading and parsing every consumer's subscriptions
+// inside the write transaction made every other write wait for it, a
+// millisecond or more for a workspace of a hundred consumers. The writer
+// still checks the version it reads against the compiled one and compiles
+// again when they differ (a consumer changed meanwhile); a failure here
+// only leaves the work to the writer.
+func (s *Store) warmRoutes(ctx context.Context, workspaceID string) {
+	if _, _, ok := s.routes.Latest(workspaceID); ok {
+		return
+	}
+	_ = s.read(ctx, func(d *dbq) error {
+		_, err := router(d, &s.routes, workspaceID)
+		return err
+	})
 }
