@@ -326,6 +326,7 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			{p.AttemptWindow, `DELETE FROM attempts WHERE created_at <= ?`},
 			{p.DedupWindow, `DELETE FROM dedup WHERE accepted_at <= ?`},
 			{p.AckRecordWindow, `DELETE FROM ack_records WHERE acked_at <= ?`},
+			{p.AckRecordWindow, `DELETE FROM ack_log WHERE acked_at <= ?`},
 		}
 		for _, sw := range sweeps {
 			if sw.window <= 0 {

@@ -329,6 +329,9 @@ func (t *tx) ConnectionDelete(id string) error {
 	if _, err := t.d.exec(`DELETE FROM ack_records WHERE queue_id = ?`, id); err != nil {
 		return interpretError(err)
 	}
+	if _, err := t.d.exec(`DELETE FROM ack_log WHERE queue_id = ?`, id); err != nil {
+		return interpretError(err)
+	}
 	t.d.heads.connectionsChanged()
 	n, err := t.d.affected(`DELETE FROM connections WHERE id = ?`, id)
 	if err == nil && n > 0 {

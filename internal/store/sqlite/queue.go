@@ -696,8 +696,8 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[
 		recs.int(h.Nonce)
 		recs.int(now)
 	}
-	if _, err := d.exec(ackRecordsSQL.text(n), recs.args...); err != nil {
-		return nil, interpretError(err)
+	if err := recordAcks(d, n, recs.args); err != nil {
+		return nil, err
 	}
 	// The rows stay, named in acked_messages, until enough gathered to be
 	// deleted together: at depth they sit on pages written long before.
@@ -754,13 +754,6 @@ func ackLive(d *dbq, p *bus.SettleParams, live []bus.Handle, rows []int64) (map[
 	}
 	return woken, nil
 }
-
-// ackRecordsSQL records n acks: (queue id, story id, seq, nonce, acked at)
-// each.
-var ackRecordsSQL = newSizedSQL(func(n int) string {
-	return `INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES ` + placeholders(n, 5) + `
-		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`
-})
 
 // advanceSQL advances n stories (their ids) past their heads (ackLive).
 var advanceSQL = newSizedSQL(func(n int) string {
@@ -844,8 +837,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 		return bus.SettleResult{}, err
 	}
 	if !live {
-		var nonce int64
-		err := d.row(`SELECT nonce FROM ack_records WHERE queue_id = ? AND story_id = ? AND seq = ?`, h.QueueID, h.StoryID, h.Seq).Scan(&nonce)
+		nonce, err := ackedNonce(d, h.QueueID, h.StoryID, h.Seq)
 		switch {
 		case err == nil && nonce == h.Nonce:
 			return bus.SettleResult{OK: true}, nil // an idempotent re-ack
@@ -860,10 +852,8 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 	if err := markAcked(d, h.QueueID, []int64{row}); err != nil {
 		return bus.SettleResult{}, err
 	}
-	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`,
-		h.QueueID, h.StoryID, h.Seq, h.Nonce, now); err != nil {
-		return bus.SettleResult{}, interpretError(err)
+	if err := recordAcks(d, 1, []any{h.QueueID, h.StoryID, h.Seq, h.Nonce, now}); err != nil {
+		return bus.SettleResult{}, err
 	}
 	woke, err := advance(d, h.QueueID, h.StoryID, row)
 	if err != nil {
