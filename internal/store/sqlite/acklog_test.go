@@ -113,6 +113,9 @@ func TestAckLogReAcks(t *testing.T) {
 		t.Fatalf("after the reopen: %d logged, %d in ack_records; want 1, 4", l, m)
 	}
 	check("reopened")
+	if got := s.w.acked.logged; got != 1 {
+		t.Errorf("after the reopen the writer counts %d records in ack_log, want 1", got)
+	}
 	// Expiry: every record is older than the window.
 	p := bus.MaintainParams{Now: now.Add(2 * time.Minute), AckRecordWindow: time.Minute}
 	if _, err := s.Maintain(ctx, &p); err != nil {

@@ -141,6 +141,9 @@ func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, sync
 	}
 	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
+	// Ack records left in ack_log count toward the next move, so that
+	// restarts do not let the log (which a re-ack scans) grow past it.
+	_ = conn.QueryRowContext(context.Background(), "SELECT count(*) FROM ack_log").Scan(&w.acked.logged)
 	go w.syncer()
 	go w.loop()
 	return w
