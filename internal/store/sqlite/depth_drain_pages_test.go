@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -24,40 +23,13 @@ func TestDepthDrainWALPages(t *testing.T) {
 	}
 	for _, sh := range []depthShape{{"shallow", 30000, 3000}, {"deep", 30000, 100}} {
 		ctx := context.Background()
-		path := filepath.Join(t.TempDir(), "d.db")
-		s, err := open(ctx, path, nil, walPolicy{every: time.Hour, limitBytes: 1 << 40})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, prod, q := setupQueue(t, s, 5)
-		bulkFill(t, s, q, prod, sh.depth, sh.stories)
-		if err := s.w.do(ctx, func(d *dbq) error { _, err := d.exec("PRAGMA wal_autocheckpoint=0"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		owner := map[uint32]string{}
-		if err := s.read(ctx, func(d *dbq) error {
-			rows, err := d.query("SELECT name, pageno FROM dbstat")
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var n string
-				var p int64
-				if err := rows.Scan(&n, &p); err != nil {
-					return err
-				}
-				owner[uint32(p)] = n
-			}
-			return rows.Err()
-		}); err != nil {
-			t.Fatal(err)
-		}
+		s, path, _, _, q := diagStore(t, sh)
+		owner := pageOwners(t, s)
 		fi, err := os.Stat(path + "-wal")
 		if err != nil {
 			t.Fatal(err)
 		}
-		from := max(fi.Size(), 32) // past the WAL header
+		from := fi.Size()
 		c0 := s.w.commits.Load()
 		now := t0.Add(time.Second)
 		var wg sync.WaitGroup
@@ -83,13 +55,10 @@ func TestDepthDrainWALPages(t *testing.T) {
 		}
 		wg.Wait()
 		commits := s.w.commits.Load() - c0
-		b, err := os.ReadFile(path + "-wal")
-		if err != nil {
-			t.Fatal(err)
-		}
 		frames, pages := map[string]int{}, map[string]map[uint32]bool{}
-		for off := from; off+24 <= int64(len(b)); off += 4096 + 24 {
-			pg := uint32(b[off])<<24 | uint32(b[off+1])<<16 | uint32(b[off+2])<<8 | uint32(b[off+3])
+		total := 0
+		walPages(t, path, from, -1, func(pg uint32) {
+			total++
 			n := owner[pg]
 			if n == "" {
 				n = "(new pages)"
@@ -99,14 +68,14 @@ func TestDepthDrainWALPages(t *testing.T) {
 				pages[n] = map[uint32]bool{}
 			}
 			pages[n][pg] = true
-		}
+		})
 		var names []string
 		for n := range frames {
 			names = append(names, n)
 		}
 		sort.Slice(names, func(i, j int) bool { return frames[names[i]] > frames[names[j]] })
 		t.Logf("%s: %d messages, %d commits (%.1f messages a commit), %.2f WAL frames a message",
-			sh.name, taken, commits, float64(taken)/float64(commits), float64(int64(len(b))-from)/4120/float64(taken))
+			sh.name, taken, commits, float64(taken)/float64(commits), float64(total)/float64(taken))
 		for _, n := range names[:min(8, len(names))] {
 			t.Logf("  %-24s %.3f frames a message, %.2f a commit, %d distinct pages", n,
 				float64(frames[n])/float64(taken), float64(frames[n])/float64(commits), len(pages[n]))

@@ -23,16 +23,7 @@ func TestDepthWALPages(t *testing.T) {
 	}
 	for _, sh := range []depthShape{{"empty", 0, 100}, {"shallow", 30000, 3000}, {"deep", 30000, 100}} {
 		ctx := context.Background()
-		path := filepath.Join(t.TempDir(), "d.db")
-		s, err := open(ctx, path, nil, walPolicy{every: time.Hour, limitBytes: 1 << 40})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws, prod, q := setupQueue(t, s, 5)
-		bulkFill(t, s, q, prod, sh.depth, sh.stories)
-		if err := s.w.do(ctx, func(d *dbq) error { _, err := d.exec("PRAGMA wal_autocheckpoint=0"); return err }); err != nil {
-			t.Fatal(err)
-		}
+		s, path, ws, prod, q := diagStore(t, sh)
 		walSize := func() int64 {
 			fi, err := os.Stat(path + "-wal")
 			if err != nil {
@@ -40,37 +31,15 @@ func TestDepthWALPages(t *testing.T) {
 			}
 			return fi.Size()
 		}
-		// page number -> B-tree name, from dbstat
-		owner := map[uint32]string{}
-		err = s.read(ctx, func(d *dbq) error {
-			rows, err := d.query("SELECT name, pageno FROM dbstat")
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var n string
-				var p int64
-				if err := rows.Scan(&n, &p); err != nil {
-					return err
-				}
-				owner[uint32(p)] = n
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			t.Log("dbstat:", err)
-		}
+		owner := pageOwners(t, s)
 		frames := func(from, to int64, into map[string]int) {
-			b, _ := os.ReadFile(path + "-wal")
-			for off := from; off+24 <= to && off+24 <= int64(len(b)); off += 4096 + 24 {
-				pg := uint32(b[off])<<24 | uint32(b[off+1])<<16 | uint32(b[off+2])<<8 | uint32(b[off+3])
+			walPages(t, path, from, to, func(pg uint32) {
 				n := owner[pg]
 				if n == "" {
 					n = "new/free"
 				}
 				into[n]++
-			}
+			})
 		}
 		byOp := map[string]map[string]int{"pub9": {}, "pub1": {}, "recv": {}, "ack": {}}
 		k := 0
@@ -142,5 +111,66 @@ func TestDepthWALPages(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// diagStore opens a store for a WAL diagnostic with the backlog sh filled
+// in and no checkpoint (the WAL only grows).
+func diagStore(t *testing.T, sh depthShape) (s *Store, path, ws, prod, q string) {
+	t.Helper()
+	ctx := context.Background()
+	path = filepath.Join(t.TempDir(), "d.db")
+	s, err := open(ctx, path, nil, walPolicy{every: time.Hour, limitBytes: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, prod, q = setupQueue(t, s, 5)
+	bulkFill(t, s, q, prod, sh.depth, sh.stories)
+	if err := s.w.do(ctx, func(d *dbq) error { _, err := d.exec("PRAGMA wal_autocheckpoint=0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return s, path, ws, prod, q
+}
+
+// pageOwners maps each page of s's file to the B-tree owning it (dbstat).
+func pageOwners(t *testing.T, s *Store) map[uint32]string {
+	t.Helper()
+	owner := map[uint32]string{}
+	err := s.read(context.Background(), func(d *dbq) error {
+		rows, err := d.query("SELECT name, pageno FROM dbstat")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n string
+			var p int64
+			if err := rows.Scan(&n, &p); err != nil {
+				return err
+			}
+			owner[uint32(p)] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Log("dbstat:", err)
+	}
+	return owner
+}
+
+// walPages calls fn with the page number of each frame of the WAL of the
+// database at path between the byte offsets from and to (to < 0: the
+// end); an offset inside the WAL's header starts at its first frame.
+func walPages(t *testing.T, path string, from, to int64, fn func(pg uint32)) {
+	t.Helper()
+	b, err := os.ReadFile(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to < 0 || to > int64(len(b)) {
+		to = int64(len(b))
+	}
+	for off := max(from, 32); off+24 <= to; off += 4096 + 24 {
+		fn(uint32(b[off])<<24 | uint32(b[off+1])<<16 | uint32(b[off+2])<<8 | uint32(b[off+3]))
 	}
 }
