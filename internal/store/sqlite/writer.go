@@ -470,22 +470,6 @@ func (w *writer) syncWAL() error {
 	return nil
 }
 
-// fsyncFile makes the file at path durable (syncData: fdatasync(2) on
-// Linux, fsync elsewhere). The file is opened each time: a sync through
-// any descriptor of a file flushes the file, and a fresh open can never
-// hold on to a WAL that was replaced.
-func fsyncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = syncData(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // fail puts the writer in its failed state for good, after a failed fsync
 // of the WAL, and returns the error every write gets from then on (it
 // wraps bus.ErrUnavailable: 503, and the node reports not ready). As
