@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
@@ -282,4 +283,109 @@ func TestQueueCountsBackfill(t *testing.T) {
 	if got.Ready != want.Ready || got.InFlight != want.InFlight || got.DeadLetters != want.DeadLetters {
 		t.Errorf("after the migration: %+v, want %+v", got, want)
 	}
+}
+
+// TestQueueCounterSlotPerConnection: each pool connection holds a counter
+// slot of its own from its start (a session advisory lock and the session
+// setting); its writing transactions take no transaction lock for the
+// slot; and a transaction without the setting (as a node of an earlier
+// version runs them) cannot take a slot that a connection holds.
+func TestQueueCounterSlotPerConnection(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	s := openURL(t, url)
+	_, _, q := setupQueue(t, s, 5)
+	ctx := t.Context()
+	held := map[int]bool{}
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		conns = append(conns, c)
+		var slot string
+		var locks int
+		if err := c.QueryRow(ctx, `SELECT current_setting('sombus.count_slot', true),
+			(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 1)`).Scan(&slot, &locks); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if _, err := fmt.Sscan(slot, &n); err != nil || n < 0 || n > 63 {
+			t.Fatalf("connection's counter slot %q", slot)
+		}
+		if held[n] {
+			t.Errorf("two connections hold counter slot %d", n)
+		}
+		held[n] = true
+		if locks != 1 {
+			t.Errorf("connection holds %d advisory locks of the slot key space, want 1", locks)
+		}
+	}
+
+	// A writing transaction on a connection counts in its slot, taking no
+	// further advisory lock.
+	c := conns[0]
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
+		correlation_id, producer_id, enqueued_at, envelope) VALUES (-1, 1, $1, 'm', 't', 't', 's', 'p', 0, '')`, q); err != nil {
+		t.Fatal(err)
+	}
+	var slot, locks int
+	if err := tx.QueryRow(ctx, `SELECT current_setting('sombus.count_slot')::int,
+		(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid = 1)`).Scan(&slot, &locks); err != nil {
+		t.Fatal(err)
+	}
+	if !held[slot] || locks != 1 {
+		t.Errorf("writing transaction: slot %d (held %v), %d advisory locks, want its connection's slot and 1 lock", slot, held, locks)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rowSlot int
+	if err := s.pool.QueryRow(ctx, `SELECT slot FROM queue_counts WHERE queue_id = $1 AND messages = 1`, q).Scan(&rowSlot); err != nil {
+		t.Fatal(err)
+	}
+	if rowSlot != slot {
+		t.Errorf("counted in slot %d, want the connection's %d", rowSlot, slot)
+	}
+
+	// A session of its own, without the setting: every slot the pool's
+	// connections hold is taken for it, and queue_counts_slot() gives it
+	// another.
+	raw, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close(context.Background()) }()
+	rtx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rtx.Rollback(context.Background()) }()
+	for n := range held {
+		var got bool
+		if err := rtx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(
+			((hashtext(coalesce(current_schema(), ''))::bigint & 4294967295) << 8) | $1)`, n).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			t.Errorf("a transaction of another session took slot %d, held by a pool connection", n)
+		}
+	}
+	var other int
+	if err := rtx.QueryRow(ctx, `SELECT queue_counts_slot()`).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	if held[other] {
+		t.Errorf("queue_counts_slot() without the setting gave slot %d, held by a pool connection", other)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM messages WHERE queue_id = $1`, q); err != nil {
+		t.Fatal(err)
+	}
+	checkCounters(t, s)
 }

@@ -55,7 +55,8 @@
 // Queue counts: each queue's messages and dead letters are counted by
 // triggers into counter rows (queue_counts, migration 0008), one row per
 // queue and writing transaction's slot, so no two concurrent transactions
-// update the same row; the counts add them up (stats.go).
+// update the same row; the counts add them up (stats.go). A pool
+// connection takes its slot when it connects (countslot.go).
 //
 // Times are stored as unix milliseconds (bigint) and returned in UTC.
 package postgres
@@ -138,6 +139,8 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "sombus"
 	}
+	// Each connection takes its queue counter slot once (countslot.go).
+	cfg.AfterConnect = takeCountSlot(logger)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
