@@ -10,15 +10,23 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// ackedWaiting is the number of rows named in acked_messages.
-func ackedWaiting(t *testing.T, s *Store) (named, rows int) {
+// rowCounts counts the rows of two tables.
+func rowCounts(t *testing.T, s *Store, a, b string) (int, int) {
 	t.Helper()
+	var na, nb int
 	if err := s.read(context.Background(), func(d *dbq) error {
-		return d.row(`SELECT (SELECT count(*) FROM acked_messages), (SELECT count(*) FROM messages)`).Scan(&named, &rows)
+		return d.row(`SELECT (SELECT count(*) FROM `+a+`), (SELECT count(*) FROM `+b+`)`).Scan(&na, &nb)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return named, rows
+	return na, nb
+}
+
+// ackedWaiting is the number of rows named in acked_messages, and of
+// message rows.
+func ackedWaiting(t *testing.T, s *Store) (named, rows int) {
+	t.Helper()
+	return rowCounts(t, s, "acked_messages", "messages")
 }
 
 // TestAckedRowsWaitAndGo: acknowledged rows wait in acked_messages (the

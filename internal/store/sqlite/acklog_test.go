@@ -15,12 +15,7 @@ import (
 // ack_records.
 func ackLogRows(t *testing.T, s *Store) (logged, merged int) {
 	t.Helper()
-	if err := s.read(context.Background(), func(d *dbq) error {
-		return d.row(`SELECT (SELECT count(*) FROM ack_log), (SELECT count(*) FROM ack_records)`).Scan(&logged, &merged)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return logged, merged
+	return rowCounts(t, s, "ack_log", "ack_records")
 }
 
 // TestAckLogReAcks: ack records wait in ack_log until enough gathered,
