@@ -41,12 +41,22 @@ package bench
 // request's own time, and how many other polls were answered meanwhile
 // (the expired polls' answers, when a wave of them is re-issued).
 //
+// SOMBUS_POLLS_AT_WAVE=1 starts the publish phase half a second before a
+// wave of expiring polls (wait seconds after the last wave began, as the
+// client saw its answers), so that every run measures the re-issue of the
+// 10,000 polls during its publishes; without it the phase starts when the
+// steady state ends, wherever that falls.
+//
 // SOMBUS_POLLS_TRACE=<file> serves the first node's runtime profiles
-// (--pprof-listen) and writes an execution trace of its first second of
-// the publish phase (step 4) to the file, for `go tool trace`;
-// SOMBUS_POLLS_CPUPROFILE=<file> writes a CPU profile of its first
-// SOMBUS_POLLS_PROFILE_SECONDS (default 5; raise SOMBUS_POLLS_SAMPLES to
-// make the phase last that long) for `go tool pprof`.
+// (--pprof-listen) and writes an execution trace of the start of the
+// publish phase (step 4) to the file, for `go tool trace`: its first
+// SOMBUS_POLLS_TRACE_SECONDS (default 1; 4 with SOMBUS_POLLS_AT_WAVE,
+// the lead and most of a wave); SOMBUS_POLLS_CLIENT_TRACE=<file> writes
+// an execution trace of this process (the client side) over the same
+// seconds. SOMBUS_POLLS_CPUPROFILE=<file> writes a CPU profile of the
+// node's first SOMBUS_POLLS_PROFILE_SECONDS (default 5; raise
+// SOMBUS_POLLS_SAMPLES to make the phase last that long) for
+// `go tool pprof`.
 //
 // SOMBUS_POLLS_SETTLE=150s waits that long once the polls wait before
 // measuring (past the runtime's forced GC, every 2 minutes); there is no
@@ -65,6 +75,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -349,11 +360,14 @@ func makeQueues(ctx context.Context, n *pollNode, count int) ([]pollQueue, error
 
 // pollLoad is the client side: the polls and what they saw.
 type pollLoad struct {
-	answers   atomic.Int64 // poll answers, empty or not
-	errors    atomic.Int64
-	firstErr  atomic.Value
-	published sync.Map // message id → chan time.Time (when its poll answered)
-	conns     sync.WaitGroup
+	answers atomic.Int64 // poll answers, empty or not
+	// The last answer's time and when the latest wave of answers began
+	// (the first answer after a second without any), in Unix ns.
+	lastAnswer, waveStart atomic.Int64
+	errors                atomic.Int64
+	firstErr              atomic.Value
+	published             sync.Map // message id → chan time.Time (when its poll answered)
+	conns                 sync.WaitGroup
 }
 
 func (l *pollLoad) fail(err error) {
@@ -392,6 +406,9 @@ func (l *pollLoad) poll(ctx context.Context, c net.Conn, host string, q pollQueu
 			return
 		}
 		l.answers.Add(1)
+		if prev := l.lastAnswer.Swap(at.UnixNano()); at.UnixNano()-prev > int64(time.Second) {
+			l.waveStart.Store(at.UnixNano())
+		}
 		if status != 200 {
 			l.fail(fmt.Errorf("poll: status %d: %.200s", status, body))
 			time.Sleep(time.Second)
@@ -542,7 +559,13 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	nodes := make([]*pollNode, count)
 	pids := make([]int, count)
 	traceFile, pprofAddr := os.Getenv("SOMBUS_POLLS_TRACE"), ""
-	profileURL := "/debug/pprof/trace?seconds=1"
+	atWave := os.Getenv("SOMBUS_POLLS_AT_WAVE") != ""
+	traceSeconds := 1
+	if atWave {
+		traceSeconds = 4 // the lead and the wave
+	}
+	traceSeconds = envInt(t, "SOMBUS_POLLS_TRACE_SECONDS", traceSeconds)
+	profileURL := fmt.Sprintf("/debug/pprof/trace?seconds=%d", traceSeconds)
 	if f := os.Getenv("SOMBUS_POLLS_CPUPROFILE"); f != "" {
 		traceFile = f
 		profileURL = fmt.Sprintf("/debug/pprof/profile?seconds=%d", envInt(t, "SOMBUS_POLLS_PROFILE_SECONDS", 5))
@@ -698,6 +721,29 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	var same, cross []time.Duration
 	var next atomic.Int64
 	perm := rand.Perm(len(qs))
+	if atWave {
+		// Start the publishes waveLead before the next wave of expiring
+		// polls: a wave comes wait seconds after the last one began.
+		every := time.Duration(wait) * time.Second
+		last := firstSent
+		if ns := l.waveStart.Load(); ns != 0 {
+			last = time.Unix(0, ns)
+		}
+		at := last.Add(every - waveLead)
+		for time.Until(at) < 100*time.Millisecond {
+			at = at.Add(every)
+		}
+		t.Logf("publishing from %.3fs after the first poll, %s before the next wave (the last began at %.3fs)",
+			at.Sub(firstSent).Seconds(), waveLead, last.Sub(firstSent).Seconds())
+		time.Sleep(time.Until(at))
+	}
+	if f := os.Getenv("SOMBUS_POLLS_CLIENT_TRACE"); f != "" {
+		stop, err := traceClient(f, time.Duration(traceSeconds)*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
 	traced := make(chan struct{})
 	if pprofAddr != "" {
 		go func() {
@@ -789,6 +835,32 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.StopSeconds = stopAll().Seconds()
 	t.Logf("node stopped %.2fs after SIGTERM; client errors %d (%s)", res.StopSeconds, res.Errors, res.FirstError)
 	return res
+}
+
+// waveLead is how long before a wave of expiring polls the publishes
+// start with SOMBUS_POLLS_AT_WAVE.
+const waveLead = 500 * time.Millisecond
+
+// traceClient writes an execution trace of this process (the load's
+// client side) for d to file; stop ends it early.
+func traceClient(file string, d time.Duration) (stop func(), err error) {
+	f, err := os.Create(file) //nolint:gosec // a path the person running the test chose
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			trace.Stop()
+			_ = f.Close()
+		})
+	}
+	time.AfterFunc(d, stop)
+	return stop, nil
 }
 
 // fetchTrace writes what GET url answers (a trace or a profile) to file.
