@@ -75,6 +75,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/trace"
 	"slices"
 	"strconv"
@@ -87,6 +88,10 @@ import (
 
 	"github.com/sombus/sombus/internal/server/servertest"
 )
+
+// processStart is about when this process started (the clock of
+// GODEBUG=gctrace=1).
+var processStart = time.Now()
 
 const pollBootstrapKey = "sbk_poll-load-bootstrap-key-0123456789abcdef"
 
@@ -209,11 +214,12 @@ func TestLongPollLoad(t *testing.T) {
 
 // pollNode is the `sombus serve` process under load.
 type pollNode struct {
-	key    string // the bootstrap operator's API key
-	cmd    *exec.Cmd
-	url    string
-	exited chan error
-	http   *http.Client
+	key     string // the bootstrap operator's API key
+	started time.Time
+	cmd     *exec.Cmd
+	url     string
+	exited  chan error
+	http    *http.Client
 }
 
 func startPollNode(t *testing.T, bin string, extra ...string) *pollNode {
@@ -237,7 +243,7 @@ func startPollNode(t *testing.T, bin string, extra ...string) *pollNode {
 			t.Fatal(err)
 		}
 		exited := make(chan error, 1)
-		n := &pollNode{key: pollBootstrapKey, cmd: cmd, url: "http://" + addr, exited: exited,
+		n := &pollNode{key: pollBootstrapKey, started: time.Now(), cmd: cmd, url: "http://" + addr, exited: exited,
 			http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 		go func() { exited <- cmd.Wait(); lw.Stop() }()
 		deadline := time.Now().Add(30 * time.Second)
@@ -721,6 +727,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	var same, cross []time.Duration
 	var next atomic.Int64
 	perm := rand.Perm(len(qs))
+	phase := time.Now()
 	if atWave {
 		// Start the publishes waveLead before the next wave of expiring
 		// polls: a wave comes wait seconds after the last one began.
@@ -736,7 +743,16 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		t.Logf("publishing from %.3fs after the first poll, %s before the next wave (the last began at %.3fs)",
 			at.Sub(firstSent).Seconds(), waveLead, last.Sub(firstSent).Seconds())
 		time.Sleep(time.Until(at))
+		phase = at
 	}
+	// The client collects now, before the publishes: its own collection
+	// (10,000 goroutines' stacks and buffers) otherwise comes after every
+	// few waves' answers, and one that falls in the publish phase takes the
+	// cores from the node for a few hundred ms (its idle mark workers run
+	// wherever the client has nothing else to do).
+	runtime.GC()
+	// The times GODEBUG=gctrace=1 gives the collections of both processes.
+	t.Logf("publish phase at %.3fs of this process, %.3fs of the first node", phase.Sub(processStart).Seconds(), phase.Sub(node.started).Seconds())
 	if f := os.Getenv("SOMBUS_POLLS_CLIENT_TRACE"); f != "" {
 		stop, err := traceClient(f, time.Duration(traceSeconds)*time.Second)
 		if err != nil {
