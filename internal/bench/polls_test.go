@@ -25,7 +25,9 @@ package bench
 //     RSS (/proc/PID/status VmRSS) and Go heap and stacks (/metrics);
 //  4. publishes SOMBUS_POLLS_SAMPLES (default 300) messages, each to a
 //     random queue, 4 publishers one after another, and measures from
-//     sending the publish to the poll's answer arriving (p50/p99);
+//     sending the publish to the poll's answer arriving (p50/p99); this
+//     process collects its garbage first, so that its own collection
+//     (10,000 goroutines) does not take the node's cores among them;
 //  5. stops the node with SIGTERM and reports how long it took.
 //
 // SOMBUS_POLLS_NODES=2 starts two nodes on the same store (which must be
@@ -45,7 +47,10 @@ package bench
 // wave of expiring polls (wait seconds after the last wave began, as the
 // client saw its answers), so that every run measures the re-issue of the
 // 10,000 polls during its publishes; without it the phase starts when the
-// steady state ends, wherever that falls.
+// steady state ends, wherever that falls. The log gives the phase's start
+// on both processes' clocks, those of GODEBUG=gctrace=1 (which the node
+// inherits): a collection of either process in the wave is what delayed
+// the slowest publishes (docs/benchmarks.md, the seventh round).
 //
 // SOMBUS_POLLS_TRACE=<file> serves the first node's runtime profiles
 // (--pprof-listen) and writes an execution trace of the start of the
