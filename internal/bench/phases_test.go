@@ -128,7 +128,8 @@ func phReport(b *testing.B) {
 
 func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+	url := pgtest.URL(b)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,6 +149,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	}
 	total := int64(b.N)
 	var next atomic.Int64
+	var wm *walMeter
 	insertBatches := func() error {
 		return phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			end := next.Add(phBatch)
@@ -168,6 +170,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	}
 	switch phase {
 	case "single":
+		wm = startWAL(b, url)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			i := next.Add(1) - 1
@@ -179,6 +182,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 			return true, err
 		})
 	case "batch":
+		wm = startWAL(b, url)
 		b.ResetTimer()
 		err = insertBatches()
 	case "drain":
@@ -190,6 +194,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+		wm = startWAL(b, url)
 		b.ResetTimer()
 		var acked atomic.Int64
 		err = phWork(phReceivers, func(ctx context.Context, _ int) (bool, error) {
@@ -243,6 +248,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 		b.Fatal(err)
 	}
 	phReport(b)
+	wm.report(b)
 }
 
 // scanPlain reads the rows a plain receive took and returns their ids.
@@ -296,9 +302,11 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	}
 	var err error
 	var cm *commitMeter
+	var wm *walMeter
 	switch phase {
 	case "single":
 		cm = startCommits(b, url)
+		wm = startWAL(b, url)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			i := next.Add(1) - 1
@@ -313,6 +321,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		})
 	case "batch":
 		cm = startCommits(b, url)
+		wm = startWAL(b, url)
 		b.ResetTimer()
 		err = publishBatches()
 	case "drain":
@@ -321,6 +330,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 			b.Fatal(err)
 		}
 		cm = startCommits(b, url)
+		wm = startWAL(b, url)
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
@@ -363,6 +373,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	}
 	phReport(b)
 	cm.report(b)
+	wm.report(b)
 }
 
 // commitMeter counts the database's commits over a timed phase
@@ -417,4 +428,46 @@ func (m *commitMeter) report(b *testing.B) {
 	idle := m.rate * time.Since(m.at).Seconds()
 	b.ReportMetric((float64(end-m.start)-idle)/float64(b.N), "commits/msg")
 	b.ReportMetric(m.rate, "idle-commits/s")
+}
+
+// walMeter measures the WAL the database cluster wrote over a timed phase
+// (SOMBUS_BENCH_WAL): pg_current_wal_lsn() before and after, per message.
+// The LSN is the whole cluster's, so the figure holds only while nothing
+// else writes to it.
+type walMeter struct {
+	conn  *pgx.Conn
+	start int64
+}
+
+func (m *walMeter) lsn(b *testing.B) int64 {
+	var n int64
+	if err := m.conn.QueryRow(context.Background(),
+		`SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// startWAL returns the meter (nil without SOMBUS_BENCH_WAL and for the
+// first run of one message); the caller resets the timer after it.
+func startWAL(b *testing.B, url string) *walMeter {
+	if os.Getenv("SOMBUS_BENCH_WAL") == "" || b.N <= 1 {
+		return nil
+	}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	m := &walMeter{conn: conn}
+	m.start = m.lsn(b)
+	return m
+}
+
+// report reports WAL bytes a message over the phase.
+func (m *walMeter) report(b *testing.B) {
+	if m == nil {
+		return
+	}
+	b.ReportMetric(float64(m.lsn(b)-m.start)/float64(b.N), "wal-B/msg")
 }
