@@ -27,7 +27,14 @@ package bench
 //   - sombus/nodes=1 and sombus/nodes=2: in-process nodes over HTTP, the
 //     workers spread over the nodes (as BenchmarkMessagePath).
 //
-// msgs/s is b.N over the timed phase. With SOMBUS_BENCH_COMMITS=1 the
+// msgs/s is b.N over the timed phase. SOMBUS_BENCH_WAL=1 adds wal-B/msg,
+// the WAL the whole cluster wrote over the phase per message (meaningful
+// while nothing else writes to the cluster), and SOMBUS_BENCH_CPU=1 adds
+// proc-cpu-us/msg, the CPU of this process (nodes and load client, or the
+// plain table's client) per message, and pg-cpu-us/msg, the PostgreSQL
+// server's, read from /proc (a server on this machine, its processes
+// readable: otherwise 0; it counts whatever else the server ran meanwhile). On the 2 cores of the usual machine the two
+// together bound the rate. With SOMBUS_BENCH_COMMITS=1 the
 // sombus systems also report commits/msg: the growth of the database's
 // pg_stat_database.xact_commit over the timed phase, per message, less the
 // nodes' idle rate (maintenance, sampling, listener checks) measured just
@@ -36,13 +43,16 @@ package bench
 // that nothing else uses meanwhile (SOMBUS_TEST_POSTGRES_URL).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +160,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	total := int64(b.N)
 	var next atomic.Int64
 	var wm *walMeter
+	var cpu *cpuMeter
 	insertBatches := func() error {
 		return phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			end := next.Add(phBatch)
@@ -171,6 +182,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	switch phase {
 	case "single":
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			i := next.Add(1) - 1
@@ -183,6 +195,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 		})
 	case "batch":
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.ResetTimer()
 		err = insertBatches()
 	case "drain":
@@ -195,6 +208,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 		}
 		b.StartTimer()
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.ResetTimer()
 		var acked atomic.Int64
 		err = phWork(phReceivers, func(ctx context.Context, _ int) (bool, error) {
@@ -249,6 +263,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	}
 	phReport(b)
 	wm.report(b)
+	cpu.report(b)
 }
 
 // scanPlain reads the rows a plain receive took and returns their ids.
@@ -303,10 +318,12 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	var err error
 	var cm *commitMeter
 	var wm *walMeter
+	var cpu *cpuMeter
 	switch phase {
 	case "single":
 		cm = startCommits(b, url)
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			i := next.Add(1) - 1
@@ -322,6 +339,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	case "batch":
 		cm = startCommits(b, url)
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.ResetTimer()
 		err = publishBatches()
 	case "drain":
@@ -331,6 +349,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		}
 		cm = startCommits(b, url)
 		wm = startWAL(b, url)
+		cpu = startCPU(b)
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
@@ -374,6 +393,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	phReport(b)
 	cm.report(b)
 	wm.report(b)
+	cpu.report(b)
 }
 
 // commitMeter counts the database's commits over a timed phase
@@ -470,4 +490,84 @@ func (m *walMeter) report(b *testing.B) {
 		return
 	}
 	b.ReportMetric(float64(m.lsn(b)-m.start)/float64(b.N), "wal-B/msg")
+}
+
+// cpuMeter measures the CPU time over a timed phase (SOMBUS_BENCH_CPU=1) of
+// this process (the nodes and the load client, or the plain table's
+// client) and of the PostgreSQL server, when the server runs on this
+// machine and its processes' /proc entries can be read: every process
+// named postgres, plus what the postmaster's exited children used. Both
+// per message, in microseconds.
+type cpuMeter struct {
+	self, pg time.Duration
+}
+
+func (m *cpuMeter) read() {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	m.pg = pgServerCPU()
+}
+
+// pgServerCPU sums the CPU of the processes named postgres (a tick is
+// 10 ms), with the exited children of the one whose parent is not one.
+func pgServerCPU() time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	type proc struct{ ppid, own, children int64 }
+	procs := map[int64]proc{}
+	for _, e := range ents {
+		pid, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		j := bytes.IndexByte(stat, '(')
+		if i < 0 || j < 0 || string(stat[j+1:i]) != "postgres" {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:])) // state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+		if len(f) < 16 {
+			continue
+		}
+		n := func(k int) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
+		procs[pid] = proc{ppid: n(1), own: n(11) + n(12), children: n(13) + n(14)}
+	}
+	var ticks int64
+	for _, p := range procs {
+		ticks += p.own
+		if _, ok := procs[p.ppid]; !ok {
+			ticks += p.children // the postmaster: its exited backends
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// startCPU returns the meter (nil without SOMBUS_BENCH_CPU and for the
+// first run of one message); the caller resets the timer after it.
+func startCPU(b *testing.B) *cpuMeter {
+	if os.Getenv("SOMBUS_BENCH_CPU") == "" || b.N <= 1 {
+		return nil
+	}
+	m := &cpuMeter{}
+	m.read()
+	return m
+}
+
+// report reports the CPU a message of this process and of the server.
+func (m *cpuMeter) report(b *testing.B) {
+	if m == nil {
+		return
+	}
+	end := &cpuMeter{}
+	end.read()
+	b.ReportMetric(float64((end.self-m.self).Microseconds())/float64(b.N), "proc-cpu-us/msg")
+	b.ReportMetric(float64((end.pg-m.pg).Microseconds())/float64(b.N), "pg-cpu-us/msg")
 }
