@@ -415,12 +415,11 @@ func (m *commitMeter) xactCommit(b *testing.B) int64 {
 	return n
 }
 
-// startCommits waits until the commits so far are published, measures the
-// idle rate, and returns the meter (nil without SOMBUS_BENCH_COMMITS, and
-// for the first run of one message, which go test makes before the real
-// one). The caller resets the benchmark's timer after it.
-func startCommits(b *testing.B, url string) *commitMeter {
-	if os.Getenv("SOMBUS_BENCH_COMMITS") == "" || b.N <= 1 {
+// meterConn connects to the database at url for a meter that env turns on;
+// nil when env is not set, and for the first run of one message, which go
+// test makes before the real one. The connection closes with the benchmark.
+func meterConn(b *testing.B, env, url string) *pgx.Conn {
+	if os.Getenv(env) == "" || b.N <= 1 {
 		return nil
 	}
 	conn, err := pgx.Connect(context.Background(), url)
@@ -428,6 +427,18 @@ func startCommits(b *testing.B, url string) *commitMeter {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// startCommits waits until the commits so far are published, measures the
+// idle rate, and returns the meter (nil without SOMBUS_BENCH_COMMITS, and
+// for the first run of one message, which go test makes before the real
+// one). The caller resets the benchmark's timer after it.
+func startCommits(b *testing.B, url string) *commitMeter {
+	conn := meterConn(b, "SOMBUS_BENCH_COMMITS", url)
+	if conn == nil {
+		return nil
+	}
 	m := &commitMeter{conn: conn}
 	time.Sleep(11 * time.Second)
 	c1, t1 := m.xactCommit(b), time.Now()
@@ -471,14 +482,10 @@ func (m *walMeter) lsn(b *testing.B) int64 {
 // startWAL returns the meter (nil without SOMBUS_BENCH_WAL and for the
 // first run of one message); the caller resets the timer after it.
 func startWAL(b *testing.B, url string) *walMeter {
-	if os.Getenv("SOMBUS_BENCH_WAL") == "" || b.N <= 1 {
+	conn := meterConn(b, "SOMBUS_BENCH_WAL", url)
+	if conn == nil {
 		return nil
 	}
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close(context.Background()) })
 	m := &walMeter{conn: conn}
 	m.start = m.lsn(b)
 	return m
