@@ -33,8 +33,9 @@ package bench
 // proc-cpu-us/msg, the CPU of this process (nodes and load client, or the
 // plain table's client) per message, and pg-cpu-us/msg, the PostgreSQL
 // server's, read from /proc (a server on this machine, its processes
-// readable: otherwise 0; it counts whatever else the server ran meanwhile). On the 2 cores of the usual machine the two
-// together bound the rate. With SOMBUS_BENCH_COMMITS=1 the
+// readable: otherwise 0; it counts whatever else the server ran
+// meanwhile). On the 2 cores of the usual machine the two together bound
+// the rate. With SOMBUS_BENCH_COMMITS=1 the
 // sombus systems also report commits/msg: the growth of the database's
 // pg_stat_database.xact_commit over the timed phase, per message, less the
 // nodes' idle rate (maintenance, sampling, listener checks) measured just
@@ -52,7 +53,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -159,8 +159,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	}
 	total := int64(b.N)
 	var next atomic.Int64
-	var wm *walMeter
-	var cpu *cpuMeter
+	var m phaseMeters
 	insertBatches := func() error {
 		return phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			end := next.Add(phBatch)
@@ -181,8 +180,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 	}
 	switch phase {
 	case "single":
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, false)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, _ int) (bool, error) {
 			i := next.Add(1) - 1
@@ -194,8 +192,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 			return true, err
 		})
 	case "batch":
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, false)
 		b.ResetTimer()
 		err = insertBatches()
 	case "drain":
@@ -207,8 +204,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, false)
 		b.ResetTimer()
 		var acked atomic.Int64
 		err = phWork(phReceivers, func(ctx context.Context, _ int) (bool, error) {
@@ -262,8 +258,7 @@ func plainPhase(b *testing.B, phase string, deleteOnReceive bool) {
 		b.Fatal(err)
 	}
 	phReport(b)
-	wm.report(b)
-	cpu.report(b)
+	m.report(b)
 }
 
 // scanPlain reads the rows a plain receive took and returns their ids.
@@ -316,14 +311,10 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		})
 	}
 	var err error
-	var cm *commitMeter
-	var wm *walMeter
-	var cpu *cpuMeter
+	var m phaseMeters
 	switch phase {
 	case "single":
-		cm = startCommits(b, url)
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, true)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			i := next.Add(1) - 1
@@ -337,9 +328,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 			return true, err
 		})
 	case "batch":
-		cm = startCommits(b, url)
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, true)
 		b.ResetTimer()
 		err = publishBatches()
 	case "drain":
@@ -347,9 +336,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		if err := publishBatches(); err != nil {
 			b.Fatal(err)
 		}
-		cm = startCommits(b, url)
-		wm = startWAL(b, url)
-		cpu = startCPU(b)
+		m = startMeters(b, url, true)
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
@@ -391,9 +378,33 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		b.Fatal(err)
 	}
 	phReport(b)
-	cm.report(b)
-	wm.report(b)
-	cpu.report(b)
+	m.report(b)
+}
+
+// phaseMeters are the meters a timed phase reports with, each nil unless
+// its variable turns it on.
+type phaseMeters struct {
+	commits *commitMeter
+	wal     *walMeter
+	cpu     *cpuMeter
+}
+
+// startMeters starts the meters turned on (the commit count only with
+// commits: the sombus systems); the caller resets the timer after it.
+func startMeters(b *testing.B, url string, commits bool) phaseMeters {
+	var m phaseMeters
+	if commits {
+		m.commits = startCommits(b, url)
+	}
+	m.wal = startWAL(b, url)
+	m.cpu = startCPU(b)
+	return m
+}
+
+func (m phaseMeters) report(b *testing.B) {
+	m.commits.report(b)
+	m.wal.report(b)
+	m.cpu.report(b)
 }
 
 // commitMeter counts the database's commits over a timed phase
@@ -510,10 +521,7 @@ type cpuMeter struct {
 }
 
 func (m *cpuMeter) read() {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	m.self = time.Duration(processCPU())
 	m.pg = pgServerCPU()
 }
 
