@@ -195,3 +195,54 @@ func waitListeners(t *testing.T, s *Store, count int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestNotifySpacedUnderLoad: ids posted faster than notifyGap go out
+// together. A node (without a listener of its own, so it sends every post)
+// posts a new queue id about every 50 µs for 300 ms; it sends at most one
+// NOTIFY statement per notifyGap (and the first at once), and another
+// node's listener hears every id.
+func TestNotifySpacedUnderLoad(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	b := openURL(t, url)
+	ctx, cancel := context.WithCancel(t.Context())
+	heard := make(chan string, 1<<16)
+	done := make(chan error, 1)
+	go func() { done <- b.Listen(ctx, func(id string) { heard <- id }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitListeners(t, b, 1)
+
+	before := a.notify.sent.Load()
+	start := time.Now()
+	posted := 0
+	for time.Since(start) < 300*time.Millisecond {
+		a.notify.post([]string{fmt.Sprint("q", posted)})
+		posted++
+		time.Sleep(50 * time.Microsecond)
+	}
+	elapsed := time.Since(start)
+
+	missing := make(map[string]bool, posted)
+	for i := range posted {
+		missing[fmt.Sprint("q", i)] = true
+	}
+	deadline := time.After(10 * time.Second)
+	for len(missing) > 0 {
+		select {
+		case id := <-heard:
+			delete(missing, id)
+		case <-deadline:
+			t.Fatalf("%d of %d posted ids never heard", len(missing), posted)
+		}
+	}
+	// The count goes up once a statement has returned, which can be
+	// after the listener heard it.
+	a.notify.close()
+	sent := a.notify.sent.Load() - before
+	limit := int64(elapsed/notifyGap) + 2
+	t.Logf("%d ids posted in %v went out in %d NOTIFY statements", posted, elapsed, sent)
+	if sent > limit {
+		t.Fatalf("%d NOTIFY statements for %d ids posted in %v, want at most %d (one per %v)", sent, posted, elapsed, limit, notifyGap)
+	}
+}
