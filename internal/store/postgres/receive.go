@@ -106,43 +106,26 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	for i := range nonces {
 		nonces[i] = newNonce()
 	}
-	rows, err := s.pool.Query(ctx, quickReceiveSQL, p.QueueID, now, max, nonces, visAt)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	defer rows.Close()
-	res := &bus.ReceiveResult{}
-	found, exhausted := false, false
-	var next *int64
-	var missing []claimedStory
-	for rows.Next() {
-		found = true
-		var c struct {
-			id, head, nonce, ord *int64
-			receiveCount         *int
-		}
-		var sid, enq *int64
-		var d bus.Delivery
-		var mid, mtype, corr, topic, prod *string
-		if err := rows.Scan(&exhausted, &next, &c.id, &c.head, &c.nonce, &c.receiveCount, &c.ord, &sid,
-			&mid, &mtype, &corr, &topic, &prod, &enq, &d.Envelope); err != nil {
-			return nil, false, err
-		}
-		if c.id == nil {
-			continue // nothing claimed
-		}
-		if sid == nil {
-			missing = append(missing, claimedStory{id: *c.id, head: *c.head, nonce: *c.nonce, receiveCount: *c.receiveCount, ord: *c.ord})
-			res.Deliveries = append(res.Deliveries, bus.Delivery{}) // filled below
-			continue
-		}
-		d.MessageID, d.MessageType, d.CorrelationID, d.Topic, d.ProducerID = *mid, *mtype, *corr, *topic, *prod
-		d.EnqueuedAt = fromMS(*enq)
-		d.Handle = bus.Handle{QueueID: p.QueueID, StoryID: *c.id, Seq: *c.head, Nonce: *c.nonce}
-		d.ReceiveCount = *c.receiveCount
-		res.Deliveries = append(res.Deliveries, d)
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(quickReceiveGenericPlans)
+	b.Queue(quickReceiveSQL, p.QueueID, now, max, nonces, visAt)
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	res, found, exhausted, next, missing, err := scanQuickReceive(br, p.QueueID)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	if err := rows.Err(); err != nil {
+	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		err = errors.New("receive: transaction still open after COMMIT")
+	}
+	if err != nil {
+		endTx(conn)
 		return nil, false, err
 	}
 	if !found {
@@ -151,6 +134,7 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	if exhausted {
 		return nil, false, nil
 	}
+	conn.Release() // fillHeads takes a connection of its own
 	if len(missing) > 0 {
 		if res.Deliveries, err = s.fillHeads(ctx, p.QueueID, res.Deliveries, missing); err != nil {
 			return nil, false, err
@@ -168,6 +152,66 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 		res.Deliveries = nil
 	}
 	return res, true, nil
+}
+
+// quickReceiveGenericPlans makes quickReceiveSQL run on its generic plan
+// from the first execution, as quickPublishGenericPlans does for the
+// publish: its plan is the same whatever the values (index scans of the
+// queue's stories in order, now hidden from the planner as above), and
+// planning it again on each execution cost more PostgreSQL CPU a message
+// than its run.
+const quickReceiveGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+
+// scanQuickReceive reads the results of quickReceive's pipeline: BEGIN,
+// the plan cache mode, quickReceiveSQL's rows and COMMIT. found is false
+// when the statement returned no row (the queue's connection does not
+// exist); missing are the claimed stories whose head the statement's
+// snapshot did not show, whose deliveries are left empty in res.
+func scanQuickReceive(br pgx.BatchResults, queueID string) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
+	for range 2 { // BEGIN, the plan cache mode
+		if _, err := br.Exec(); err != nil {
+			return nil, false, false, nil, nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, false, false, nil, nil, err
+	}
+	defer rows.Close()
+	res = &bus.ReceiveResult{}
+	for rows.Next() {
+		found = true
+		var c struct {
+			id, head, nonce, ord *int64
+			receiveCount         *int
+		}
+		var sid, enq *int64
+		var d bus.Delivery
+		var mid, mtype, corr, topic, prod *string
+		if err := rows.Scan(&exhausted, &next, &c.id, &c.head, &c.nonce, &c.receiveCount, &c.ord, &sid,
+			&mid, &mtype, &corr, &topic, &prod, &enq, &d.Envelope); err != nil {
+			return nil, false, false, nil, nil, err
+		}
+		if c.id == nil {
+			continue // nothing claimed
+		}
+		if sid == nil {
+			missing = append(missing, claimedStory{id: *c.id, head: *c.head, nonce: *c.nonce, receiveCount: *c.receiveCount, ord: *c.ord})
+			res.Deliveries = append(res.Deliveries, bus.Delivery{}) // filled below
+			continue
+		}
+		d.MessageID, d.MessageType, d.CorrelationID, d.Topic, d.ProducerID = *mid, *mtype, *corr, *topic, *prod
+		d.EnqueuedAt = fromMS(*enq)
+		d.Handle = bus.Handle{QueueID: queueID, StoryID: *c.id, Seq: *c.head, Nonce: *c.nonce}
+		d.ReceiveCount = *c.receiveCount
+		res.Deliveries = append(res.Deliveries, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, false, nil, nil, err
+	}
+	rows.Close()
+	_, err = br.Exec() // COMMIT
+	return res, found, exhausted, next, missing, err
 }
 
 // fillHeads reads the head messages of claimed stories that quickReceive's
