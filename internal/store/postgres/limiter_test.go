@@ -447,3 +447,45 @@ func TestUnlimitedCountedForUsage(t *testing.T) {
 		t.Fatalf("usage on the next day %+v, %v: want 1", u, err)
 	}
 }
+
+// Two nodes write the unlimited counts of the same keys at once, over and
+// over: every write succeeds (no deadlock between their transactions,
+// which lock the keys' rows in one order), and the rows hold every count.
+func TestUnlimitedCountsConcurrentNodes(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ctx := t.Context()
+	day := t0.Truncate(24 * time.Hour).Unix()
+	const keys, rounds = 2000, 5
+	batch := func() map[pendingCount]int64 {
+		m := make(map[pendingCount]int64, keys)
+		for i := range keys {
+			m[pendingCount{fmt.Sprint("k", i), day}] = 1
+		}
+		return m
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	for _, s := range []*Store{a, b} {
+		l := s.Limiter()
+		wg.Go(func() {
+			for range rounds {
+				if err := l.writeCounts(ctx, batch()); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("writing counts: %v", err)
+	}
+	var rows, total int64
+	if err := a.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(quota_count), 0) FROM rate_limits WHERE quota_day = $1`, day).Scan(&rows, &total); err != nil {
+		t.Fatal(err)
+	}
+	if rows != keys || total != 2*rounds*keys {
+		t.Fatalf("%d rows counting %d requests, want %d rows counting %d", rows, total, keys, 2*rounds*keys)
+	}
+}
