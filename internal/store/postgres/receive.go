@@ -89,7 +89,9 @@ const quickReceiveSQL = `WITH lim AS (
 // quickReceive is MessageReceive without an attempt id in one round trip:
 // quickReceiveSQL in a statement of its own (an implicit transaction).
 // ok is false, with nothing done, when the queue has exhausted heads to
-// move to the dead letters first: then the caller runs the full receive.
+// move to the dead letters first, or when the database ended the claim as
+// a deadlock's victim or a serialization failure: then the caller runs the
+// full receive.
 //
 // The head messages are read in the statement that locks the stories, so
 // in its snapshot: a story whose row changed after the snapshot (an ack
@@ -126,6 +128,14 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	}
 	if err != nil {
 		endTx(conn)
+		if isRetryable(err) {
+			// The database ended it as a deadlock's victim or a
+			// serialization failure: nothing it did stays, and the full
+			// receive runs, with its retries (as the quick publish and ack
+			// fall back).
+			s.logger.DebugContext(ctx, "postgres: quick receive failed; running the full receive", "err", err)
+			return nil, false, nil
+		}
 		return nil, false, err
 	}
 	if !found {
