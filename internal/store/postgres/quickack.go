@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -137,14 +138,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		_, err = br.Exec() // COMMIT
 		return err
 	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
-		err = fmt.Errorf("ack: transaction still open after COMMIT")
-	}
-	if err != nil {
-		endTx(conn)
+	if err = endPipeline(conn, br, err); err != nil {
 		s.logger.DebugContext(ctx, "postgres: quick ack failed; running the full ack", "err", err)
 		return nil, false, nil
 	}
@@ -173,6 +167,23 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		}
 	}
 	return out, true, nil
+}
+
+// endPipeline ends a quick path's pipeline of BEGIN … COMMIT: it closes
+// br, keeping err (the pipeline's first error) or else the close's, checks
+// that the transaction did end, and on any error ends it (endTx), so the
+// connection goes back to the pool idle.
+func endPipeline(conn *pgxpool.Conn, br pgx.BatchResults, err error) error {
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		err = errors.New("transaction still open after COMMIT")
+	}
+	if err != nil {
+		endTx(conn)
+	}
+	return err
 }
 
 // endTx ends whatever transaction conn may be in, so the pool can reuse it;

@@ -206,14 +206,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 		_, err = br.Exec() // COMMIT
 		return err
 	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
-		err = errors.New("publish: transaction still open after COMMIT")
-	}
-	if err != nil {
-		endTx(conn)
+	if err = endPipeline(conn, br, err); err != nil {
 		var pg *pgconn.PgError
 		if !errors.As(err, &pg) || (pg.Code != "22012" && pg.Code != "23505") {
 			s.logger.DebugContext(ctx, "postgres: quick publish failed; running the full publish", "err", err)

@@ -120,14 +120,7 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	res, found, exhausted, next, missing, err := scanQuickReceive(br, p.QueueID)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && conn.Conn().PgConn().TxStatus() != 'I' {
-		err = errors.New("receive: transaction still open after COMMIT")
-	}
-	if err != nil {
-		endTx(conn)
+	if err = endPipeline(conn, br, err); err != nil {
 		if isRetryable(err) {
 			// The database ended it as a deadlock's victim or a
 			// serialization failure: nothing it did stays, and the full
