@@ -36,9 +36,14 @@ type Limiter struct {
 	// here and written at most once a second per node instead of costing a
 	// round trip each. Usage of an unlimited connection may lag by that
 	// much, and a node that stops loses at most its last second of counts.
+	// The write runs beside the request that found it due, not in it: a
+	// node's batch holds a row for every key its requests touched
+	// (thousands, with many consumers polling), and the request would wait
+	// for all of them.
 	mu        sync.Mutex
 	pending   map[pendingCount]int64
-	nextFlush int64 // unix nanoseconds
+	nextFlush int64         // unix nanoseconds
+	flushing  chan struct{} // closed when the write under way ends; nil: none
 }
 
 // pendingCount is a key's count of one UTC day (unix seconds) not yet written.
@@ -56,32 +61,54 @@ const limitAddCount = `INSERT INTO rate_limits (key, quota_day, quota_count) VAL
 		                   ELSE EXCLUDED.quota_count END,
 		quota_day = GREATEST(rate_limits.quota_day, EXCLUDED.quota_day)`
 
-// countUnlimited counts a request of an unlimited key and writes the
-// pending counts when a second has passed since the last write.
+// countUnlimited counts a request of an unlimited key and, when a second
+// has passed since the last write and none is under way, starts writing
+// the pending counts in a goroutine of their own.
 func (l *Limiter) countUnlimited(ctx context.Context, key string, now time.Time) {
 	now = now.UTC()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.pending == nil {
 		l.pending = make(map[pendingCount]int64)
 	}
 	l.pending[pendingCount{key, now.Truncate(24 * time.Hour).Unix()}]++
-	var batch map[pendingCount]int64
-	if now.UnixNano() >= l.nextFlush {
-		batch, l.pending = l.pending, nil
-		l.nextFlush = now.Add(time.Second).UnixNano()
+	if now.UnixNano() < l.nextFlush || l.flushing != nil {
+		return
 	}
-	l.mu.Unlock()
-	if batch != nil {
-		l.flush(ctx, batch)
+	batch := l.pending
+	l.pending = nil
+	l.nextFlush = now.Add(time.Second).UnixNano()
+	done := make(chan struct{})
+	started := l.s.goBackground(func() {
+		defer func() {
+			l.mu.Lock()
+			l.flushing = nil
+			l.mu.Unlock()
+			close(done)
+		}()
+		l.flush(context.WithoutCancel(ctx), batch)
+	})
+	if started {
+		l.flushing = done
 	}
+	// Else the store is closing: the counts are dropped, as those of a
+	// node that stops are.
 }
 
-// flushPending writes every pending count now.
+// flushPending writes every pending count now, after the write under way
+// (if any) has ended.
 func (l *Limiter) flushPending(ctx context.Context) {
 	l.mu.Lock()
 	batch := l.pending
 	l.pending = nil
+	under := l.flushing
 	l.mu.Unlock()
+	if under != nil {
+		select {
+		case <-under:
+		case <-ctx.Done():
+		}
+	}
 	if len(batch) > 0 {
 		l.flush(ctx, batch)
 	}

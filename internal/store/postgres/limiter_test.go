@@ -127,6 +127,12 @@ func TestLimiterMatchesMemory(t *testing.T) {
 		if got != want {
 			t.Fatalf("step %d (%s at +%v): got %+v, want %+v", i, st.tier.Name, st.at, got, want)
 		}
+		if st.tier.IsUnlimited() {
+			// The unlimited tier's counts are written beside the request,
+			// at most a second later: the other node sees them once
+			// written.
+			nodes[i%2].flushPending(t.Context())
+		}
 		wu, _ := mem.Usage(t.Context(), "k", st.tier, now)
 		gu, err := nodes[(i+1)%2].Usage(t.Context(), "k", st.tier, now)
 		if err != nil || gu != wu {
@@ -487,5 +493,55 @@ func TestUnlimitedCountsConcurrentNodes(t *testing.T) {
 	}
 	if rows != keys || total != 2*rounds*keys {
 		t.Fatalf("%d rows counting %d requests, want %d rows counting %d", rows, total, keys, 2*rounds*keys)
+	}
+}
+
+// The unlimited tier's counts are written beside the request that found
+// the write due: with the key's row locked by another transaction, that
+// request is answered at once, and usage (which waits for the write under
+// way) shows every count once the row is free.
+func TestUnlimitedCountsWrittenBesideRequests(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	l := s.Limiter()
+	ctx := t.Context()
+	now := t0
+	if _, err := l.Allow(ctx, "w", limits.Unlimited(), now); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := l.Usage(ctx, "w", limits.Unlimited(), now); err != nil || u.RequestsToday != 1 {
+		t.Fatalf("usage %+v, %v: want 1 request today", u, err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = 'w' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// A second later the next request finds the write due; the write waits
+	// for the row, the request does not.
+	start := time.Now()
+	if _, err := l.Allow(ctx, "w", limits.Unlimited(), now.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("a request that found the counts' write due took %v while the write waited for a row lock", took)
+	}
+	usage := make(chan limits.Usage, 1)
+	go func() {
+		u, err := l.Usage(ctx, "w", limits.Unlimited(), now.Add(2*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		usage <- u
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u := <-usage; u.RequestsToday != 2 {
+		t.Fatalf("usage shows %d requests today, want 2", u.RequestsToday)
 	}
 }

@@ -95,10 +95,32 @@ type Store struct {
 	receives  *gatherer[receiveCall]
 	acks      *gatherer[ackCall]
 
+	// bg counts the writes that run beside requests (goBackground); Close
+	// waits for them before it closes the pool.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup
+
 	closeOnce sync.Once
 }
 
 var _ bus.Store = (*Store)(nil)
+
+// goBackground runs fn in a goroutine of its own that Close waits for;
+// false, and fn not run, once Close has begun.
+func (s *Store) goBackground(fn func()) bool {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.bgClosed {
+		return false
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
+	return true
+}
 
 // DefaultMaxConns is the pool size of a node whose URL does not set
 // pool_max_conns.
@@ -163,9 +185,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close waits for pending notifications and closes the pool.
+// Close waits for pending notifications and background writes, and
+// closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.bgMu.Lock()
+		s.bgClosed = true
+		s.bgMu.Unlock()
+		s.bg.Wait()
 		s.notify.close()
 		s.pool.Close()
 	})
