@@ -295,18 +295,27 @@ func (l *Limiter) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// maybeSweep sweeps when one is due; of the requests that find it due, one
-// runs it. A failed sweep is logged and tried again at the next due time.
+// limitsSweepTimeout bounds one sweep.
+const limitsSweepTimeout = 30 * time.Second
+
+// maybeSweep starts a sweep when one is due; of the requests that find it
+// due, one starts it, in a goroutine of its own (the request does not wait
+// for a delete over every idle key). A failed sweep is logged and tried
+// again at the next due time.
 func (l *Limiter) maybeSweep(ctx context.Context, now time.Time) {
 	due := l.nextSweep.Load()
 	if now.UnixNano() < due || !l.nextSweep.CompareAndSwap(due, now.Add(limitsSweepEvery).UnixNano()) {
 		return
 	}
-	if n, err := l.Sweep(ctx, now); err != nil {
-		l.s.logger.WarnContext(ctx, "postgres: limits: sweep failed", "err", err)
-	} else if n > 0 {
-		l.s.logger.DebugContext(ctx, "postgres: limits: swept idle states", "deleted", n)
-	}
+	l.s.goBackground(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limitsSweepTimeout)
+		defer cancel()
+		if n, err := l.Sweep(ctx, now); err != nil {
+			l.s.logger.WarnContext(ctx, "postgres: limits: sweep failed", "err", err)
+		} else if n > 0 {
+			l.s.logger.DebugContext(ctx, "postgres: limits: swept idle states", "deleted", n)
+		}
+	})
 }
 
 // scanState reads a rate_limits row into a limits.State.

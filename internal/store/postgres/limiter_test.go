@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -189,14 +190,17 @@ func TestLimiterSweepDropsIdleStates(t *testing.T) {
 	if d, err := lb.Allow(t.Context(), "x", burstOnly, tomorrow); err != nil || !d.Allowed || d.Remaining != 39 {
 		t.Fatalf("after the sweep: %+v, %v", d, err)
 	}
-	// Allow sweeps by itself once a minute (by its now): x, idle the next
-	// day, is gone after the next request of any key.
+	// Allow sweeps by itself once a minute (by its now), beside the request
+	// that found the sweep due: x, idle the next day, is gone soon after
+	// the next request of any key.
 	la = a.Limiter()
 	if _, err := la.Allow(t.Context(), "z", burstOnly, tomorrow); err != nil { // first call: sweeps
 		t.Fatal(err)
 	}
 	if _, err := la.Allow(t.Context(), "z", burstOnly, tomorrow.Add(24*time.Hour+2*time.Minute)); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); rows() != 1 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 	}
 	if n := rows(); n != 1 {
 		t.Fatalf("rows after Allow's own sweep: %d, want only z", n)
@@ -543,5 +547,57 @@ func TestUnlimitedCountsWrittenBesideRequests(t *testing.T) {
 	}
 	if u := <-usage; u.RequestsToday != 2 {
 		t.Fatalf("usage shows %d requests today, want 2", u.RequestsToday)
+	}
+}
+
+// Allow's own sweep runs beside the request that found it due: with an
+// idle key's row locked by another transaction (the sweep's delete waits
+// for it), that request is answered at once, and the idle row is gone once
+// the lock is released.
+func TestLimiterSweepBesideRequests(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	l := s.Limiter()
+	ctx := t.Context()
+	burstOnly := limits.Tier{Name: "burst", RatePerSecond: 20, Burst: 40}
+	if _, err := l.Allow(ctx, "idle", burstOnly, t0); err != nil { // the first call's sweep finds nothing
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = 'idle' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// Two days later "idle" is idle, and a sweep is due. A request that
+	// waited for the sweep would wait for the lock: it is released after
+	// 2 s in any case, so that such a request fails the test, not hangs it.
+	release := time.AfterFunc(2*time.Second, func() { _ = tx.Rollback(context.Background()) })
+	start := time.Now()
+	if _, err := l.Allow(ctx, "busy", burstOnly, t0.Add(48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if release.Stop() {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("a request that found a sweep due took %v while the sweep waited for a row lock", took)
+	}
+	var idle int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM rate_limits WHERE key = 'idle'`).Scan(&idle); err != nil {
+			t.Fatal(err)
+		}
+		if idle == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if idle != 0 {
+		t.Fatal("the idle key's row was not swept once its lock was released")
 	}
 }
