@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sombus/sombus/internal/auth"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/limits"
@@ -516,14 +518,7 @@ func TestUnlimitedCountsWrittenBesideRequests(t *testing.T) {
 	if u, err := l.Usage(ctx, "w", limits.Unlimited(), now); err != nil || u.RequestsToday != 1 {
 		t.Fatalf("usage %+v, %v: want 1 request today", u, err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = 'w' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockLimitRow(t, s, "w")
 	// A second later the next request finds the write due; the write waits
 	// for the row, the request does not.
 	start := time.Now()
@@ -563,14 +558,7 @@ func TestLimiterSweepBesideRequests(t *testing.T) {
 	if _, err := l.Allow(ctx, "idle", burstOnly, t0); err != nil { // the first call's sweep finds nothing
 		t.Fatal(err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = 'idle' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockLimitRow(t, s, "idle")
 	// Two days later "idle" is idle, and a sweep is due. A request that
 	// waited for the sweep would wait for the lock: it is released after
 	// 2 s in any case, so that such a request fails the test, not hangs it.
@@ -600,4 +588,20 @@ func TestLimiterSweepBesideRequests(t *testing.T) {
 	if idle != 0 {
 		t.Fatal("the idle key's row was not swept once its lock was released")
 	}
+}
+
+// lockLimitRow locks key's row of rate_limits in a transaction of its own,
+// rolled back at the end of the test if not before.
+func lockLimitRow(t *testing.T, s *Store, key string) pgx.Tx {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = $1 FOR UPDATE`, key); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
