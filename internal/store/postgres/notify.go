@@ -145,6 +145,7 @@ func (n *notifier) post(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
+	n.s.idle.forget(ids...)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -463,6 +464,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool
 		}
 		for _, id := range strings.Split(n.Payload, ",") {
 			if id != "" {
+				s.idle.forget(id)
 				fn(id)
 			}
 		}

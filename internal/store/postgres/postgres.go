@@ -94,6 +94,8 @@ type Store struct {
 	publishes *gatherer[publishCall]
 	receives  *gatherer[receiveCall]
 	acks      *gatherer[ackCall]
+	// idle remembers the queues whose latest claim took nothing (idle.go).
+	idle idleQueues
 
 	// bg counts the writes that run beside requests (goBackground); Close
 	// waits for them before it closes the pool.

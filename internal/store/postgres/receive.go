@@ -18,6 +18,15 @@ import (
 // heads to the dead letters and claims up to p.Max ready stories. Queues
 // made ready by the dead-letter move are notified once it commits.
 func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	if p.AttemptID == "" && p.Max >= 1 {
+		res, done, err := s.idleReceive(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("receive: %w", err)
+		}
+		if done {
+			return res, nil
+		}
+	}
 	if p.AttemptID == "" {
 		res, ok, err := s.gatheredReceive(ctx, p)
 		if err != nil {
@@ -153,6 +162,9 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	}
 	if len(res.Deliveries) == 0 {
 		res.Deliveries = nil
+		s.idle.mark(p.QueueID)
+	} else {
+		s.idle.forget(p.QueueID)
 	}
 	return res, true, nil
 }

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+// TestIdleQueueCheck: a receive of a queue whose latest claim took nothing
+// is answered by the small check while nothing is visible, and the check
+// never hides a message: not one published by another node whose wake-up
+// this node never heard (no listener here), not a delivery whose
+// visibility ran out; a queue that is gone is not found, as by the claim.
+// Wake-ups, this node's own or heard from another, drop the hint.
+func TestIdleQueueCheck(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a, b := openURL(t, url), openURL(t, url)
+	ws, prod, q := setupQueue(t, a, 5)
+	ctx := t.Context()
+	now := time.Now()
+	recv := func(s *Store, at time.Time) *bus.ReceiveResult {
+		t.Helper()
+		res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: at})
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		return res
+	}
+	publish := func(s *Store, id string) {
+		t.Helper()
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{testMessage(id, id)}, Now: now, DedupWindow: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if res := recv(b, now); len(res.Deliveries) != 0 || !b.idle.has(q) {
+		t.Fatalf("empty queue: %d deliveries, hint %v; want none, and the hint", len(res.Deliveries), b.idle.has(q))
+	}
+	if res := recv(b, now); len(res.Deliveries) != 0 || b.idle.answered.Load() != 1 {
+		t.Fatalf("empty queue again: %d deliveries, %d answered by the check; want none, 1", len(res.Deliveries), b.idle.answered.Load())
+	}
+
+	// Published by a, unheard by b: b's hint is stale, and the check sees it.
+	publish(a, "m1")
+	if !b.idle.has(q) {
+		t.Fatal("b dropped its hint without hearing anything")
+	}
+	res := recv(b, now)
+	if len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "m1" || b.idle.has(q) {
+		t.Fatalf("after a's publish: %+v, hint %v; want m1, no hint", res.Deliveries, b.idle.has(q))
+	}
+
+	// In flight: nothing visible until the visibility runs out, which the
+	// check's answer says.
+	res = recv(b, now)
+	if len(res.Deliveries) != 0 || !b.idle.has(q) {
+		t.Fatalf("m1 in flight: %d deliveries, hint %v; want none, the hint", len(res.Deliveries), b.idle.has(q))
+	}
+	res = recv(b, now)
+	if want := now.Add(time.Minute).Truncate(time.Millisecond); len(res.Deliveries) != 0 || !res.NextVisibleAt.Equal(want) || b.idle.answered.Load() != 2 {
+		t.Fatalf("m1 in flight, by the check: %d deliveries, next visible %v (want %v), %d answered by the check (want 2)",
+			len(res.Deliveries), res.NextVisibleAt, want, b.idle.answered.Load())
+	}
+	res = recv(b, now.Add(2*time.Minute))
+	if len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "m1" || res.Deliveries[0].ReceiveCount != 2 {
+		t.Fatalf("after the visibility ran out: %+v; want m1 again, its second receive", res.Deliveries)
+	}
+
+	// This node's own wake-up drops its hint.
+	if res := recv(a, now); len(res.Deliveries) != 0 || !a.idle.has(q) {
+		t.Fatalf("a, m1 in flight: %d deliveries, hint %v", len(res.Deliveries), a.idle.has(q))
+	}
+	publish(a, "m2")
+	if a.idle.has(q) {
+		t.Fatal("a kept its hint after its own publish woke the queue")
+	}
+
+	// A wake-up heard from another node drops it too.
+	heard := listen(t, b)
+	b.idle.mark(q)
+	waitFor(t, heard, q, func() { publish(a, bus.NewID("m")) })
+	if b.idle.has(q) {
+		t.Fatal("b kept its hint after hearing a's wake-up")
+	}
+
+	// A queue that does not exist is not found, hint or not.
+	gone := bus.NewID(bus.PrefixConnection)
+	b.idle.mark(gone)
+	_, err := b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: gone, Max: 10, Visibility: time.Minute, Now: now})
+	if !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("receive of a missing queue with the hint: %v, want ErrNotFound", err)
+	}
+}
