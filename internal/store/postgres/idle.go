@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -65,15 +62,84 @@ func (h *idleQueues) forget(queueIDs ...string) {
 	}
 }
 
-// idleCheckSQL is what a receive of a queue that had nothing reads first:
-// whether the queue's connection exists (as quickReceiveSQL's lim does) and
-// the earliest visible_at of its stories. When that is later than now (or
-// there is no story), nothing is ready and no head is exhausted (an
-// exhausted head waiting for the dead-letter move is visible too), so the
-// claim would take nothing, move nothing and report that visible_at as the
-// next: the receive answers that without running it.
-const idleCheckSQL = `SELECT EXISTS (SELECT 1 FROM connections WHERE id = $1),
-	(SELECT min(visible_at) FROM stories WHERE queue_id = $1)`
+// idleCheckSQL is what a receive of a queue that had nothing reads first,
+// for each queue of $1: whether the queue's connection exists (as
+// quickReceiveSQL's lim does) and the earliest visible_at of its stories.
+// When that is later than now (or there is no story), nothing is ready and
+// no head is exhausted (an exhausted head waiting for the dead-letter move
+// is visible too), so the claim would take nothing, move nothing and report
+// that visible_at as the next: the receive answers that without running
+// it. Concurrent checks share one statement (idleChecks): a wave of
+// re-issued polls takes a few pool connections, not all of them, and the
+// publishes and acks that come meanwhile find one free.
+const idleCheckSQL = `SELECT q.id, EXISTS (SELECT 1 FROM connections c WHERE c.id = q.id),
+		(SELECT min(s.visible_at) FROM stories s WHERE s.queue_id = q.id)
+	FROM unnest($1::text[]) AS q(id)`
+
+// idleCall is one receive's check waiting in the idle check gatherer.
+type idleCall struct {
+	ctx     context.Context
+	queueID string
+	exists  bool
+	first   *int64
+	err     error
+}
+
+// Gathering of the checks: one statement at a time while another runs,
+// of at most idleCheckMax queues.
+const (
+	idleChecksInFlight = 2
+	idleCheckMax       = 256
+)
+
+func newIdleGatherer() *gatherer[idleCall] {
+	return &gatherer[idleCall]{inFlight: idleChecksInFlight, maxSize: idleCheckMax, maxCall: 1}
+}
+
+// runIdleChecks runs a group of checks in one statement, on the first
+// call's context (without its cancellation when others wait on it too).
+func (s *Store) runIdleChecks(calls []*idleCall) {
+	ctx := calls[0].ctx
+	if len(calls) > 1 {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		ids[i] = c.queueID
+	}
+	type found struct {
+		exists bool
+		first  *int64
+	}
+	byID := make(map[string]found, len(calls))
+	err := func() error {
+		rows, err := s.pool.Query(ctx, idleCheckSQL, ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var f found
+			if err := rows.Scan(&id, &f.exists, &f.first); err != nil {
+				return err
+			}
+			byID[id] = f
+		}
+		return rows.Err()
+	}()
+	for _, c := range calls {
+		f, ok := byID[c.queueID]
+		switch {
+		case err != nil:
+			c.err = interpretError(err)
+		case !ok:
+			c.err = fmt.Errorf("idle check: no row for queue %s", c.queueID)
+		default:
+			c.exists, c.first = f.exists, f.first
+		}
+	}
+}
 
 // idleReceive answers a receive without an attempt id from the hint: done
 // is true, with res the empty answer, when the queue's stories show
@@ -83,27 +149,23 @@ func (s *Store) idleReceive(ctx context.Context, p *bus.ReceiveParams) (res *bus
 	if !s.idle.has(p.QueueID) {
 		return nil, false, nil
 	}
-	var exists bool
-	var first *int64
-	err = s.pool.QueryRow(ctx, idleCheckSQL, p.QueueID).Scan(&exists, &first)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil // cannot happen (the statement always has its row); the claim decides
+	c := &idleCall{ctx: ctx, queueID: p.QueueID}
+	s.idleChecks.do("", c, 1, s.runIdleChecks)
+	if c.err != nil {
+		return nil, false, c.err
 	}
-	if err != nil {
-		return nil, false, interpretError(err)
-	}
-	if !exists {
+	if !c.exists {
 		s.idle.forget(p.QueueID)
 		return nil, false, fmt.Errorf("%w: queue %s", bus.ErrNotFound, p.QueueID)
 	}
-	if first != nil && *first <= ms(p.Now) {
+	if c.first != nil && *c.first <= ms(p.Now) {
 		s.idle.forget(p.QueueID)
 		return nil, false, nil
 	}
 	s.idle.answered.Add(1)
 	res = &bus.ReceiveResult{}
-	if first != nil {
-		res.NextVisibleAt = fromMS(*first)
+	if c.first != nil {
+		res.NextVisibleAt = fromMS(*c.first)
 	}
 	return res, true, nil
 }

@@ -96,3 +96,85 @@ func TestIdleQueueCheck(t *testing.T) {
 		t.Fatalf("receive of a missing queue with the hint: %v, want ErrNotFound", err)
 	}
 }
+
+// TestIdleChecksGathered: checks that run together in one statement each
+// get their own queue's answer: nothing for an empty queue, the claim for
+// a queue with a visible message (taken once), not found for a queue that
+// does not exist.
+func TestIdleChecksGathered(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ctx := t.Context()
+	now := time.Now()
+	_, _, empty := setupQueue(t, s, 5)
+	ws, prod, full := setupQueue(t, s, 5)
+	gone := bus.NewID(bus.PrefixConnection)
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+		Messages: []bus.PublishMessage{testMessage("m1", "s1")}, Now: now, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	queues := []string{empty, full, gone}
+
+	// One statement for a group, as the gatherer runs it.
+	calls := []*idleCall{{ctx: ctx, queueID: empty}, {ctx: ctx, queueID: full}, {ctx: ctx, queueID: gone}, {ctx: ctx, queueID: empty}}
+	s.runIdleChecks(calls)
+	for i, c := range calls {
+		wantExists, wantFirst := c.queueID != gone, c.queueID == full
+		if c.err != nil || c.exists != wantExists || (c.first != nil) != wantFirst || (wantFirst && *c.first != ms(now)) {
+			t.Fatalf("check %d of a group (%s): exists %v, first %v, err %v; want exists %v, a first visible_at %v (at %d)",
+				i, c.queueID, c.exists, c.first, c.err, wantExists, wantFirst, ms(now))
+		}
+	}
+
+	type result struct {
+		q   string
+		res *bus.ReceiveResult
+		err error
+	}
+	for round := range 5 {
+		for _, q := range queues {
+			s.idle.mark(q)
+		}
+		before := s.idle.answered.Load()
+		const n = 60
+		out := make(chan result, n)
+		start := make(chan struct{})
+		for i := range n {
+			q := queues[i%len(queues)]
+			go func() {
+				<-start
+				res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute,
+					Now: now.Add(time.Duration(round) * 2 * time.Minute)})
+				out <- result{q, res, err}
+			}()
+		}
+		close(start)
+		got := 0
+		for range n {
+			r := <-out
+			switch r.q {
+			case gone:
+				if !errors.Is(r.err, bus.ErrNotFound) {
+					t.Fatalf("round %d: missing queue: %v, want ErrNotFound", round, r.err)
+				}
+			case empty:
+				if r.err != nil || len(r.res.Deliveries) != 0 {
+					t.Fatalf("round %d: empty queue: %v, %+v", round, r.err, r.res)
+				}
+			case full:
+				if r.err != nil {
+					t.Fatalf("round %d: queue with a message: %v", round, r.err)
+				}
+				got += len(r.res.Deliveries)
+			}
+		}
+		// Each round is two minutes later: the delivery of the round before
+		// is visible again.
+		if got != 1 {
+			t.Fatalf("round %d: %d deliveries of the queue's one message, want 1", round, got)
+		}
+		if s.idle.answered.Load() == before {
+			t.Fatalf("round %d: the check answered none of the empty queue's receives", round)
+		}
+	}
+}

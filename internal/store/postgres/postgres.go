@@ -94,8 +94,11 @@ type Store struct {
 	publishes *gatherer[publishCall]
 	receives  *gatherer[receiveCall]
 	acks      *gatherer[ackCall]
-	// idle remembers the queues whose latest claim took nothing (idle.go).
-	idle idleQueues
+	// idle remembers the queues whose latest claim took nothing, and
+	// idleChecks gathers the reads of whether they have anything now
+	// (idle.go).
+	idle       idleQueues
+	idleChecks *gatherer[idleCall]
 
 	// bg counts the writes that run beside requests (goBackground); Close
 	// waits for them before it closes the pool.
@@ -170,7 +173,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	s := &Store{pool: pool, logger: logger, publishes: newPublishGatherer(),
-		receives: newReceiveGatherer(), acks: newAckGatherer()}
+		receives: newReceiveGatherer(), acks: newAckGatherer(), idleChecks: newIdleGatherer()}
 	s.notify = newNotifier(s)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()

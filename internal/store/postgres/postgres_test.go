@@ -201,7 +201,7 @@ func TestPayloadsSplit(t *testing.T) {
 
 // setupQueue makes a workspace with a producer and a consumer queue that
 // takes every message.
-func setupQueue(t *testing.T, s *Store, attemptLimit int) (ws, producer, queue string) {
+func setupQueue(t testing.TB, s *Store, attemptLimit int) (ws, producer, queue string) {
 	t.Helper()
 	ws, producer, queue = bus.NewID(bus.PrefixWorkspace), bus.NewID(bus.PrefixConnection), bus.NewID(bus.PrefixConnection)
 	now := time.Now()
