@@ -99,8 +99,8 @@ func recordAcks(d *dbq, n int, args []any) error {
 // runs in ack_log's order within a key).
 func mergeAckLog(d *dbq) error {
 	if _, err := d.exec(`INSERT INTO ack_records(queue_id, story_id, seq, nonce, acked_at)
-		SELECT queue_id, story_id, seq, nonce, acked_at FROM ack_log WHERE true ORDER BY queue_id, story_id, seq, id
-		ON CONFLICT(queue_id, story_id, seq) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`); err != nil {
+		SELECT queue_id, story_id, seq, nonce, acked_at FROM ack_log WHERE true ORDER BY queue_id, seq, story_id, id
+		ON CONFLICT(queue_id, seq, story_id) DO UPDATE SET nonce = excluded.nonce, acked_at = excluded.acked_at`); err != nil {
 		return interpretError(err)
 	}
 	if _, err := d.exec(`DELETE FROM ack_log`); err != nil {
