@@ -100,17 +100,29 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 	}
 	due := l.nextSweep.Load()
 	if now.UnixNano() >= due && l.nextSweep.CompareAndSwap(due, now.Add(auth.FailureWindow).UnixNano()) {
-		if _, err := l.Sweep(ctx); err != nil {
-			l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
-		}
+		// Beside the refusal, not in it: the windows of a burst of
+		// failures (many clients, many addresses) are many rows, and
+		// their deletion may wait for the row locks of counts under way.
+		l.s.goBackground(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limitsSweepTimeout)
+			defer cancel()
+			if _, err := l.sweep(ctx, now); err != nil {
+				l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
+			}
+		})
 	}
 	return nil
 }
 
 // Sweep deletes the ended windows and returns how many it deleted. Failed
-// runs it by itself about once a window.
+// runs it by itself about once a window, beside the call that finds it due.
 func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
-	tag, err := l.s.pool.Exec(ctx, failureSweep, l.clock.Now().UnixNano(), int64(auth.FailureWindow))
+	return l.sweep(ctx, l.clock.Now())
+}
+
+// sweep deletes the windows ended at now.
+func (l *FailureLimiter) sweep(ctx context.Context, now time.Time) (int, error) {
+	tag, err := l.s.pool.Exec(ctx, failureSweep, now.UnixNano(), int64(auth.FailureWindow))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
 	}

@@ -605,3 +605,55 @@ func lockLimitRow(t *testing.T, s *Store, key string) pgx.Tx {
 	}
 	return tx
 }
+
+// TestFailureSweepBesideRefusals: the sweep of ended failure windows that a
+// refusal finds due runs beside it: with an ended window's row locked, the
+// refusal is counted at once, and the row goes once the lock is released.
+func TestFailureSweepBesideRefusals(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	clock := bus.NewManualClock(t0)
+	l := s.FailureLimiter(clock)
+	ctx := t.Context()
+	if err := l.Failed(ctx, "conn-1", "10.0.0.1:4000"); err != nil { // its sweep finds nothing
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM auth_failures WHERE key = 'conn-1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// Two windows later conn-1's window has ended and a sweep is due. A
+	// refusal that waited for it would wait for the lock: released after
+	// 2 s in any case, so that such a refusal fails the test, not hangs it.
+	clock.Advance(2 * time.Minute)
+	release := time.AfterFunc(2*time.Second, func() { _ = tx.Rollback(context.Background()) })
+	start := time.Now()
+	if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if release.Stop() {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("a refusal that found a sweep due took %v while the sweep waited for a row lock", took)
+	}
+	var n int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failures WHERE key = 'conn-1'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n != 0 {
+		t.Fatal("the ended window was not swept once its lock was released")
+	}
+}
