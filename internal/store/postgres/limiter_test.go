@@ -559,33 +559,13 @@ func TestLimiterSweepBesideRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx := lockLimitRow(t, s, "idle")
-	// Two days later "idle" is idle, and a sweep is due. A request that
-	// waited for the sweep would wait for the lock: it is released after
-	// 2 s in any case, so that such a request fails the test, not hangs it.
-	release := time.AfterFunc(2*time.Second, func() { _ = tx.Rollback(context.Background()) })
-	start := time.Now()
-	if _, err := l.Allow(ctx, "busy", burstOnly, t0.Add(48*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if release.Stop() {
-		if err := tx.Rollback(ctx); err != nil {
+	// Two days later "idle" is idle, and a sweep is due.
+	answeredBesideLock(t, tx, "a request that found a sweep due", func() {
+		if _, err := l.Allow(ctx, "busy", burstOnly, t0.Add(48*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if took > 500*time.Millisecond {
-		t.Fatalf("a request that found a sweep due took %v while the sweep waited for a row lock", took)
-	}
-	var idle int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM rate_limits WHERE key = 'idle'`).Scan(&idle); err != nil {
-			t.Fatal(err)
-		}
-		if idle == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if idle != 0 {
+	})
+	if !rowsGone(t, s, `SELECT count(*) FROM rate_limits WHERE key = 'idle'`) {
 		t.Fatal("the idle key's row was not swept once its lock was released")
 	}
 }
@@ -594,16 +574,60 @@ func TestLimiterSweepBesideRequests(t *testing.T) {
 // rolled back at the end of the test if not before.
 func lockLimitRow(t *testing.T, s *Store, key string) pgx.Tx {
 	t.Helper()
+	return lockRow(t, s, `SELECT 1 FROM rate_limits WHERE key = $1 FOR UPDATE`, key)
+}
+
+// lockRow runs a locking query (SELECT … FOR UPDATE) in a transaction of its
+// own, rolled back at the end of the test if not before.
+func lockRow(t *testing.T, s *Store, query string, args ...any) pgx.Tx {
+	t.Helper()
 	ctx := t.Context()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM rate_limits WHERE key = $1 FOR UPDATE`, key); err != nil {
+	if _, err := tx.Exec(ctx, query, args...); err != nil {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// answeredBesideLock runs call, which finds a sweep due that waits for a
+// row lock tx holds, and fails the test when call waited for it too. The
+// lock is released after 2 s in any case, so that such a call fails the
+// test rather than hanging it.
+func answeredBesideLock(t *testing.T, tx pgx.Tx, what string, call func()) {
+	t.Helper()
+	release := time.AfterFunc(2*time.Second, func() { _ = tx.Rollback(context.Background()) })
+	start := time.Now()
+	call()
+	took := time.Since(start)
+	if release.Stop() {
+		if err := tx.Rollback(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("%s took %v while the sweep waited for a row lock", what, took)
+	}
+}
+
+// rowsGone waits up to 10 s for countQuery to count no row.
+func rowsGone(t *testing.T, s *Store, countQuery string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := s.pool.QueryRow(t.Context(), countQuery).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // TestFailureSweepBesideRefusals: the sweep of ended failure windows that a
@@ -618,42 +642,15 @@ func TestFailureSweepBesideRefusals(t *testing.T) {
 	if err := l.Failed(ctx, "conn-1", "10.0.0.1:4000"); err != nil { // its sweep finds nothing
 		t.Fatal(err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM auth_failures WHERE key = 'conn-1' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	// Two windows later conn-1's window has ended and a sweep is due. A
-	// refusal that waited for it would wait for the lock: released after
-	// 2 s in any case, so that such a refusal fails the test, not hangs it.
+	tx := lockRow(t, s, `SELECT 1 FROM auth_failures WHERE key = $1 FOR UPDATE`, "conn-1")
+	// Two windows later conn-1's window has ended and a sweep is due.
 	clock.Advance(2 * time.Minute)
-	release := time.AfterFunc(2*time.Second, func() { _ = tx.Rollback(context.Background()) })
-	start := time.Now()
-	if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if release.Stop() {
-		if err := tx.Rollback(ctx); err != nil {
+	answeredBesideLock(t, tx, "a refusal that found a sweep due", func() {
+		if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if took > 500*time.Millisecond {
-		t.Fatalf("a refusal that found a sweep due took %v while the sweep waited for a row lock", took)
-	}
-	var n int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failures WHERE key = 'conn-1'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if n != 0 {
+	})
+	if !rowsGone(t, s, `SELECT count(*) FROM auth_failures WHERE key = 'conn-1'`) {
 		t.Fatal("the ended window was not swept once its lock was released")
 	}
 }
