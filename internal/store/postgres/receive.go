@@ -162,7 +162,9 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	}
 	if len(res.Deliveries) == 0 {
 		res.Deliveries = nil
-		s.idle.mark(p.QueueID)
+		if max > 0 { // a claim of nothing says nothing of the queue
+			s.idle.mark(p.QueueID)
+		}
 	} else {
 		s.idle.forget(p.QueueID)
 	}
