@@ -502,6 +502,42 @@ func TestUnlimitedCountsConcurrentNodes(t *testing.T) {
 	}
 }
 
+// A batch written across midnight UTC: a key counted on both days keeps
+// the newer day's count (added to a row of that day, replacing an older
+// one), and a count of an older day than the row's leaves the row alone,
+// as when the days were written one after the other.
+func TestUnlimitedCountsAcrossMidnight(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	l := s.Limiter()
+	ctx := t.Context()
+	day1 := t0.Truncate(24 * time.Hour).Unix()
+	day2 := day1 + 86400
+	seed := map[pendingCount]int64{{"old", day1}: 4, {"same", day2}: 5, {"newer", day2}: 6}
+	if err := l.writeCounts(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	batch := map[pendingCount]int64{
+		{"fresh", day1}: 3, {"fresh", day2}: 2, // no row: the newer day's count
+		{"old", day1}: 1, {"old", day2}: 2, // a row of day 1: day 2 starts again
+		{"same", day1}: 9, {"same", day2}: 1, // a row of day 2: added to it
+		{"newer", day1}: 7, // a row of a newer day: left alone
+	}
+	if err := l.writeCounts(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]int64{"fresh": {day2, 2}, "old": {day2, 2}, "same": {day2, 6}, "newer": {day2, 6}}
+	for key, w := range want {
+		var d, n int64
+		if err := s.pool.QueryRow(ctx, `SELECT quota_day, quota_count FROM rate_limits WHERE key = $1`, key).Scan(&d, &n); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if d != w[0] || n != w[1] {
+			t.Errorf("%s: day %d count %d, want day %d count %d", key, d, n, w[0], w[1])
+		}
+	}
+}
+
 // The unlimited tier's counts are written beside the request that found
 // the write due: with the key's row locked by another transaction, that
 // request is answered at once, and usage (which waits for the write under
