@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// The quick ack's statement, on the generic plan the ack runs it on, looks
+// at a number of rows proportional to its handles, not to their square: an
+// ack of 100 heads (50 stories that advance, 50 that end) looks at most at
+// 30 rows a handle over all the nodes of its plan. The form that also
+// filtered every part by id = ANY($1) scanned the whole id list again for
+// each row of the acknowledged heads and of their next messages.
+func TestQuickAckPlanLinear(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	ctx := t.Context()
+	now := time.Now()
+	const n = 100
+	var msgs []bus.PublishMessage
+	for i := range n {
+		story := fmt.Sprint("s", i)
+		msgs = append(msgs, testMessage(story+"-1", story))
+		if i%2 == 0 {
+			msgs = append(msgs, testMessage(story+"-2", story))
+		}
+	}
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+		Messages: msgs, Now: now, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: n, Visibility: time.Minute, Now: now})
+	if err != nil || len(res.Deliveries) != n {
+		t.Fatalf("receive: %d deliveries, %v; want %d", len(res.Deliveries), err, n)
+	}
+	sids, seqs, nonces := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, d := range res.Deliveries {
+		sids[i], seqs[i], nonces[i] = d.Handle.StoryID, d.Handle.Seq, d.Handle.Nonce
+	}
+
+	tx, err := s.pool.BeginTx(ctx, txOptions(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, quickAckGenericPlans); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `PREPARE quick_ack_plan AS `+quickAckSQL); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	// EXPLAIN EXECUTE takes no parameters of its own: the values are
+	// literals (ids and numbers only).
+	list := func(xs []int64) string {
+		b := []byte("ARRAY[")
+		for i, x := range xs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, x, 10)
+		}
+		return string(append(b, "]::bigint[]"...))
+	}
+	err = tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE quick_ack_plan(%s, %s, %s, '%s', %d)`,
+		list(sids), list(seqs), list(nonces), q, ms(now))).Scan(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("explain: %v (%d plans)", err, len(plan))
+	}
+	root := plan[0].Plan
+	if root.ActualRows != n/2 {
+		t.Fatalf("the ack advanced %d stories, want %d", root.ActualRows, n/2)
+	}
+	// Rows that every node of the plan produced or filtered out, over all
+	// its loops: what the statement looked at.
+	var looked func(p *planNode) int64
+	looked = func(p *planNode) int64 {
+		sum := (p.ActualRows + p.RemovedByJoinFilter + p.RemovedByFilter) * max(p.ActualLoops, 1)
+		for i := range p.Plans {
+			sum += looked(&p.Plans[i])
+		}
+		return sum
+	}
+	if rows := looked(&root); rows > 30*n {
+		t.Fatalf("the ack of %d heads looked at %d rows over its plan (%.0f a handle), want at most 30 a handle", n, rows, float64(rows)/n)
+	} else {
+		t.Logf("the ack of %d heads looked at %d rows over its plan", n, rows)
+	}
+	var left int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM stories WHERE queue_id = $1`, q).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != n/2 {
+		t.Fatalf("%d stories left after the ack, want the %d that have a next message", left, n/2)
+	}
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON), as far as the
+// tests read it.
+type planNode struct {
+	ActualRows          int64      `json:"Actual Rows"`
+	ActualLoops         int64      `json:"Actual Loops"`
+	RemovedByJoinFilter int64      `json:"Rows Removed by Join Filter"`
+	RemovedByFilter     int64      `json:"Rows Removed by Filter"`
+	Plans               []planNode `json:"Plans"`
+}
