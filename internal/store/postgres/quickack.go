@@ -23,11 +23,12 @@ import (
 // other than the acknowledged head's, NULL when there is none), to which
 // the story advances; and the delete of the story when it has none. The
 // advance and the story delete touch different rows, as do the other
-// parts; none reads what another writes. The ack record is a plain insert, not the full ack's
-// upsert, whose speculative insert writes one more WAL record: a record of
-// a live head's delivery cannot be there yet, as the acknowledged message
-// goes in the same transaction; were one there, the statement would fail
-// with unique_violation and the full ack would run.
+// parts; none reads what another writes. The ack record is a plain
+// insert, not the full ack's upsert, whose speculative insert writes one
+// more WAL record: a record of a live head's delivery cannot be there yet,
+// as the acknowledged message goes in the same transaction; were one
+// there, the statement would fail with unique_violation and the full ack
+// would run.
 //
 // Every part reaches its rows from the handles, one index probe each: v
 // probes stories_pkey for each handle (a LATERAL subquery with LIMIT 1,
@@ -41,9 +42,9 @@ import (
 //
 // The queue test is written so that no index can serve it, as in
 // lockStoriesSQL: the stories come by stories_pkey alone. Given
-// s.queue_id = $4 the planner ANDs a bitmap of the queue's whole part of
+// s.queue_id = $4 the planner would read the queue's whole part of
 // stories_ready (every entry, live or dead, about 1,150 on the drain
-// benchmark) with the ids' bitmap.
+// benchmark) beside the keys.
 const quickAckSQL = `WITH v AS (
 		SELECT s.id, h.seq, h.nonce FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS h(sid, seq, nonce)
 		CROSS JOIN LATERAL (SELECT s.id FROM stories s
