@@ -128,12 +128,17 @@ func (g *gatherer[C]) finish(key string, k *gatherKey[C]) {
 // the statements, bounded the rate.
 const (
 	// gatherInFlight is how many gathered runs of one queue's receives or
-	// acks may be under way at once: while one waits for its WAL flush,
-	// the next group's statements run. Publishes gather behind one run
-	// (gatherPublishesInFlight), which made groups twice as large and
-	// single publishes faster than two did in the same runs, while the
-	// drain was faster with two.
-	gatherInFlight          = 2
+	// acks may be under way at once on a node; the calls that come
+	// meanwhile wait together for the run to end and then run as one
+	// group. One, like the publishes (gatherPublishesInFlight): with two,
+	// the second run started while the first waited for its WAL flush,
+	// but the groups were half as large and the database spent a fifth
+	// more CPU a message drained (105 against 83 µs; one node drained 8%
+	// more with one, two nodes 4% more, alternated runs of the
+	// comparison's drain in docs/benchmarks.md, the eleventh round).
+	// Publishes gather behind one run too, which made groups twice as
+	// large and single publishes faster than two did.
+	gatherInFlight          = 1
 	gatherPublishesInFlight = 1
 	// gatherMaxMessages and gatherMaxHandles bound a group, so that its
 	// transaction holds its row locks no longer than a batch publish's
