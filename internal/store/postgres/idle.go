@@ -85,10 +85,16 @@ type idleCall struct {
 	err     error
 }
 
-// Gathering of the checks: one statement at a time while another runs,
-// of at most idleCheckMax queues.
+// Gathering of the checks: one statement at a time, of at most
+// idleCheckMax queues; the checks that come while it runs wait for it and
+// go together in the next. With two statements under way, as before, the
+// groups were half as large: BenchmarkIdleReceive (64 callers over 256
+// empty queues, 20000x, three alternated pairs) took 6.5-8.9 µs of the
+// database's CPU and 3.5-5.1 µs of the node's a receive against 4.3-5.7
+// and 3.7-4.2 with one, in the same time a receive (7.5-8.2 µs against
+// 7.7-8.1).
 const (
-	idleChecksInFlight = 2
+	idleChecksInFlight = 1
 	idleCheckMax       = 256
 )
 
