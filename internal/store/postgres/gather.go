@@ -132,7 +132,7 @@ const (
 	// meanwhile wait together for the run to end and then run as one
 	// group. One, like the publishes (gatherPublishesInFlight): with two,
 	// the second run started while the first waited for its WAL flush,
-	// but the groups were half as large and the database spent a fifth
+	// but the groups were half as large and the database spent a quarter
 	// more CPU a message drained (105 against 83 µs; one node drained 8%
 	// more with one, two nodes 4% more, alternated runs of the
 	// comparison's drain in docs/benchmarks.md, the eleventh round).
