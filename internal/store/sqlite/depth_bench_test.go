@@ -306,6 +306,80 @@ func procIO() (read, written int64) {
 	return read, written
 }
 
+// depthRig runs DepthOps' rounds on a queue holding one shape's backlog
+// and sums what the timed ones took.
+type depthRig struct {
+	b        *testing.B
+	s        *Store
+	ws, prod string
+	q        string
+	stories  int
+	k        int // messages published here, over the shape's stories
+	one      []bus.PublishMessage
+	nine     []bus.PublishMessage
+
+	recv, ack, pub, recvCPU, ackCPU, pubCPU time.Duration
+	rounds, taken                           int
+}
+
+func newDepthRig(b *testing.B, sh depthShape) *depthRig {
+	stories := max(sh.stories, 100)
+	s, ws, prod, q := depthStore(b, sh.depth, stories)
+	return &depthRig{b: b, s: s, ws: ws, prod: prod, q: q, stories: stories,
+		one: make([]bus.PublishMessage, 1), nine: make([]bus.PublishMessage, 9)}
+}
+
+func (r *depthRig) publish(ms []bus.PublishMessage) {
+	if _, err := r.s.MessagePublish(context.Background(), &bus.PublishParams{WorkspaceID: r.ws, ProducerID: r.prod,
+		Messages: ms, Now: t0, DedupWindow: 5 * time.Minute}); err != nil {
+		r.b.Fatal(err)
+	}
+}
+
+func (r *depthRig) next() bus.PublishMessage {
+	r.k++
+	return msg1K(fmt.Sprint("p", r.k), fmt.Sprint("b", r.k%r.stories))
+}
+
+// round publishes 9 (untimed), then times a publish of one, a receive of
+// up to 10 and the ack of what it took; timed false only warms.
+func (r *depthRig) round(timed bool) {
+	ctx := context.Background()
+	now := t0.Add(time.Second)
+	for j := range r.nine {
+		r.nine[j] = r.next()
+	}
+	r.publish(r.nine)
+	r.one[0] = r.next()
+	t, c := time.Now(), cpuTime()
+	r.publish(r.one)
+	pubT, pubC := time.Since(t), cpuTime()-c
+	t, c = time.Now(), cpuTime()
+	res, err := r.s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: r.q, Max: 10, Visibility: time.Hour, Now: now})
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	recvT, recvC := time.Since(t), cpuTime()-c
+	hs := make([]bus.Handle, len(res.Deliveries))
+	for i, d := range res.Deliveries {
+		hs[i] = d.Handle
+	}
+	t, c = time.Now(), cpuTime()
+	if _, err := r.s.MessageAck(ctx, &bus.SettleParams{QueueID: r.q, Handles: hs, Now: now}); err != nil {
+		r.b.Fatal(err)
+	}
+	if timed {
+		r.ack += time.Since(t)
+		r.ackCPU += cpuTime() - c
+		r.pub, r.pubCPU, r.recv, r.recvCPU = r.pub+pubT, r.pubCPU+pubC, r.recv+recvT, r.recvCPU+recvC
+		r.taken += len(hs)
+		r.rounds++
+	}
+}
+
+// us is a sum over the timed rounds as µs a round.
+func (r *depthRig) us(d time.Duration) float64 { return float64(d) / 1e3 / float64(r.rounds) }
+
 // BenchmarkDepthOps runs, one caller at a time, a single publish, a
 // receive of up to 10 and the ack of what it took, on a queue holding the
 // shape's backlog, and reports each operation's mean latency (wall time,
@@ -317,78 +391,85 @@ func procIO() (read, written int64) {
 func BenchmarkDepthOps(b *testing.B) {
 	for _, sh := range depthShapes() {
 		b.Run(sh.name, func(b *testing.B) {
-			stories := max(sh.stories, 100)
-			s, ws, prod, q := depthStore(b, sh.depth, stories)
-			ctx := context.Background()
-			now := t0.Add(time.Second)
-			one := make([]bus.PublishMessage, 1)
-			nine := make([]bus.PublishMessage, 9)
-			publish := func(ms []bus.PublishMessage) {
-				if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-					Messages: ms, Now: t0, DedupWindow: 5 * time.Minute}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			k := 0 // messages published here, over the shape's stories
-			next := func() bus.PublishMessage {
-				k++
-				return msg1K(fmt.Sprint("p", k), fmt.Sprint("b", k%stories))
-			}
-			var recv, ack, pub, recvCPU, ackCPU, pubCPU time.Duration
-			taken := 0
-			round := func(timed bool) {
-				for j := range nine {
-					nine[j] = next()
-				}
-				publish(nine)
-				one[0] = next()
-				t, c := time.Now(), cpuTime()
-				publish(one)
-				pubT, pubC := time.Since(t), cpuTime()-c
-				t, c = time.Now(), cpuTime()
-				r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: now})
-				if err != nil {
-					b.Fatal(err)
-				}
-				recvT, recvC := time.Since(t), cpuTime()-c
-				hs := make([]bus.Handle, len(r.Deliveries))
-				for i, d := range r.Deliveries {
-					hs[i] = d.Handle
-				}
-				t, c = time.Now(), cpuTime()
-				if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: now}); err != nil {
-					b.Fatal(err)
-				}
-				if timed {
-					ack += time.Since(t)
-					ackCPU += cpuTime() - c
-					pub, pubCPU, recv, recvCPU = pub+pubT, pubCPU+pubC, recv+recvT, recvCPU+recvC
-					taken += len(hs)
-				}
-			}
+			r := newDepthRig(b, sh)
 			// Warm: the queue's heads load, the statements are prepared.
 			for range 20 {
-				round(false)
+				r.round(false)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer profileTimed(b)()
 			r0, w0 := procIO()
 			for i := 0; i < b.N; i++ {
-				round(true)
+				r.round(true)
 			}
 			b.StopTimer()
 			r1, w1 := procIO()
 			b.ReportMetric(float64(r1-r0)/1024/float64(b.N), "read-KiB/op")
 			b.ReportMetric(float64(w1-w0)/1024/float64(b.N), "write-KiB/op")
-			us := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(b.N) }
-			b.ReportMetric(us(recv), "recv-µs")
-			b.ReportMetric(us(ack), "ack-µs")
-			b.ReportMetric(us(pub), "pub-µs")
-			b.ReportMetric(us(recvCPU), "recv-cpu-µs")
-			b.ReportMetric(us(ackCPU), "ack-cpu-µs")
-			b.ReportMetric(us(pubCPU), "pub-cpu-µs")
-			b.ReportMetric(float64(taken)/float64(b.N), "msgs/recv")
+			b.ReportMetric(r.us(r.recv), "recv-µs")
+			b.ReportMetric(r.us(r.ack), "ack-µs")
+			b.ReportMetric(r.us(r.pub), "pub-µs")
+			b.ReportMetric(r.us(r.recvCPU), "recv-cpu-µs")
+			b.ReportMetric(r.us(r.ackCPU), "ack-cpu-µs")
+			b.ReportMetric(r.us(r.pubCPU), "pub-cpu-µs")
+			b.ReportMetric(float64(r.taken)/float64(b.N), "msgs/recv")
+		})
+	}
+}
+
+// depthBlock is how many rounds BenchmarkDepthPaired runs on one queue
+// before it turns to the other.
+const depthBlock = 100
+
+// BenchmarkDepthPaired is DepthOps on an empty queue and on a backlog,
+// side by side in one run: blocks of depthBlock rounds on each in turn
+// (which goes first alternates from block to block), b.N timed rounds on
+// each, after 200 warming rounds on each. Two DepthOps sub-benchmarks run
+// one after the other, and what the
+// machine does meanwhile moves one and not the other: the empty queue's
+// own receive took from 212 to 268 µs between runs of one binary, as much
+// as the depth goal's margin. Here both see the same moments. It reports
+// the backlog's mean latencies (wall time, fsync included), the empty
+// queue's (empty-…), and their ratios (…-ratio: backlog over empty).
+func BenchmarkDepthPaired(b *testing.B) {
+	for _, sh := range depthShapes() {
+		if sh.depth == 0 {
+			continue
+		}
+		b.Run(sh.name, func(b *testing.B) {
+			empty, deep := newDepthRig(b, depthShape{name: "empty"}), newDepthRig(b, sh)
+			// Warm longer than DepthOps: the backlog's pages come into
+			// SQLite's cache over the first hundreds of rounds, and it is
+			// the steady state that is compared.
+			for range 2 * depthBlock {
+				empty.round(false)
+				deep.round(false)
+			}
+			b.ResetTimer()
+			for done, i := 0, 0; done < b.N; i++ {
+				n := min(depthBlock, b.N-done)
+				first, second := empty, deep
+				if i%2 == 1 {
+					first, second = deep, empty
+				}
+				for range n {
+					first.round(true)
+				}
+				for range n {
+					second.round(true)
+				}
+				done += n
+			}
+			b.StopTimer()
+			for _, m := range []struct {
+				name      string
+				deep, mty time.Duration
+			}{{"recv", deep.recv, empty.recv}, {"ack", deep.ack, empty.ack}, {"pub", deep.pub, empty.pub}} {
+				b.ReportMetric(deep.us(m.deep), m.name+"-µs")
+				b.ReportMetric(empty.us(m.mty), "empty-"+m.name+"-µs")
+				b.ReportMetric(float64(m.deep)/float64(m.mty), m.name+"-ratio")
+			}
 		})
 	}
 }
