@@ -71,6 +71,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,8 +167,18 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "sombus"
 	}
-	// Each connection takes its queue counter slot once (countslot.go).
-	cfg.AfterConnect = takeCountSlot(logger)
+	// Each connection takes its queue counter slot once (countslot.go)
+	// and readies the quick publish (warm.go).
+	// Connections made before this node's migrations are done (the tables
+	// may not be there yet) are not readied.
+	slot, migrated := takeCountSlot(logger), &atomic.Bool{}
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_ = slot(ctx, conn) // never fails
+		if !migrated.Load() {
+			return nil
+		}
+		return warmPublish(ctx, conn, logger)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
@@ -179,6 +190,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		pool.Close()
 		return nil, err
 	}
+	migrated.Store(true)
 	return s, nil
 }
 

@@ -1,8 +1,13 @@
 package postgres
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestLockStartupSerializesNodes(t *testing.T) {
@@ -43,4 +48,54 @@ func TestLockStartupSerializesNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock()
+}
+
+// TestWarmPublish: a pool connection comes with the quick publish prepared
+// and its generic plan built, having written nothing.
+func TestWarmPublish(t *testing.T) {
+	s := OpenTest(t)
+	ctx := context.Background()
+	// A connection made after the tables exist (the first one migrated
+	// them before they did).
+	conns := make([]*pgxpool.Conn, 0, 3)
+	for range cap(conns) {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	warmed := 0
+	for _, c := range conns {
+		var generic int64
+		err := c.QueryRow(ctx, `SELECT generic_plans FROM pg_prepared_statements WHERE statement = $1`, quickPublishSQL).Scan(&generic)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if generic < 1 {
+			t.Errorf("quick publish prepared with %d generic plans run, want at least 1", generic)
+		}
+		if c.Conn().PgConn().TxStatus() != 'I' {
+			t.Errorf("connection left in a transaction (%c)", c.Conn().PgConn().TxStatus())
+		}
+		warmed++
+	}
+	if warmed == 0 {
+		t.Fatal("no pool connection has the quick publish prepared")
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM dedup_records) + (SELECT count(*) FROM stories) + (SELECT count(*) FROM messages)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the warm-up wrote %d rows", n)
+	}
 }
