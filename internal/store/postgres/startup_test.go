@@ -55,8 +55,8 @@ func TestLockStartupSerializesNodes(t *testing.T) {
 func TestWarmPublish(t *testing.T) {
 	s := OpenTest(t)
 	ctx := context.Background()
-	// A connection made after the tables exist (the first one migrated
-	// them before they did).
+	// Three at once: at least two are made after the migrations, which
+	// the pool's first connection ran before the tables existed.
 	conns := make([]*pgxpool.Conn, 0, 3)
 	for range cap(conns) {
 		c, err := s.pool.Acquire(ctx)

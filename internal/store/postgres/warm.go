@@ -15,8 +15,8 @@ import (
 // it the first publish on each connection paid for all that: in an
 // execution trace of a node, 4.9 ms preparing the statement and 6.5 ms
 // running it, against 1–2 ms later (docs/benchmarks.md, the twelfth
-// round). With nothing to publish the statement writes nothing: the
-// workspace ” does not exist, so no dedup record, story or message is
+// round). With nothing to publish the statement writes nothing: there is
+// no workspace with the empty id, so no dedup record, story or message is
 // written, and the empty COMMIT waits for no WAL flush.
 //
 // The statement still takes its tables' locks. So that it never takes
