@@ -426,12 +426,12 @@ const depthBlock = 100
 // side by side in one run: blocks of depthBlock rounds on each in turn
 // (which goes first alternates from block to block), b.N timed rounds on
 // each, after 200 warming rounds on each. Two DepthOps sub-benchmarks run
-// one after the other, and what the
-// machine does meanwhile moves one and not the other: the empty queue's
-// own receive took from 212 to 268 µs between runs of one binary, as much
-// as the depth goal's margin. Here both see the same moments. It reports
-// the backlog's mean latencies (wall time, fsync included), the empty
-// queue's (empty-…), and their ratios (…-ratio: backlog over empty).
+// one after the other, and what the machine does meanwhile moves one and
+// not the other: the empty queue's own receive took from 212 to 268 µs
+// between runs of one binary, as much as the depth goal's margin. Here
+// both see the same moments. It reports the backlog's mean latencies
+// (wall time, fsync included), the empty queue's (empty-…), and their
+// ratios (…-ratio: backlog over empty).
 func BenchmarkDepthPaired(b *testing.B) {
 	for _, sh := range depthShapes() {
 		if sh.depth == 0 {
