@@ -82,8 +82,12 @@ func appendMessages(ctx context.Context, tx pgx.Tx, w *waker, now int64, msgs []
 	// xmax = 0 holds only for a row this statement inserted.
 	// The ids are drawn in rank order first (MATERIALIZED: once, before
 	// the insert); an id drawn for a story that exists is simply unused.
+	// stories_id_seq is the identity's sequence by the name PostgreSQL gave
+	// it (TestStoriesSequence): resolved once, when the statement is
+	// planned, where pg_get_serial_sequence read the catalog for every id
+	// drawn (4 % of the database's CPU for a quick publish of four).
 	rows, err := tx.Query(ctx, `WITH ids AS MATERIALIZED (
-			SELECT r, nextval(pg_get_serial_sequence('stories', 'id')) AS id
+			SELECT r, nextval('stories_id_seq') AS id
 			FROM generate_series(1, $5::int) AS r ORDER BY r
 		)
 		INSERT INTO stories AS s

@@ -27,7 +27,8 @@ import (
 //   - ok: 1, or division_by_zero unless d wrote a record for each of the
 //     $3 ids (another routing version): the statement fails, nothing it
 //     did stays, and the full publish runs;
-//   - ids, s: appendMessages' story upsert (see there), which starts only
+//   - ids, s: appendMessages' story upsert (see there, and for the
+//     sequence's name), which starts only
 //     once ok is known (ids waits for it), so the locks go in the usual
 //     order: the dedup records, then the stories in (queue_id, story_key)
 //     order;
@@ -48,7 +49,7 @@ const quickPublishSQL = `WITH d AS (
 	), ok AS MATERIALIZED (
 		SELECT 1 / ((SELECT count(*) FROM d) = cardinality($3::text[]))::int AS v
 	), ids AS MATERIALIZED (
-		SELECT r, nextval(pg_get_serial_sequence('stories', 'id')) AS id
+		SELECT r, nextval('stories_id_seq') AS id
 		FROM generate_series(1, cardinality($7::text[])) AS r
 		WHERE (SELECT v FROM ok) = 1
 		ORDER BY r

@@ -99,3 +99,18 @@ func TestWarmPublish(t *testing.T) {
 		t.Fatalf("the warm-up wrote %d rows", n)
 	}
 }
+
+// TestStoriesSequence: the publishes draw story ids from stories_id_seq by
+// name; it must be the sequence of the stories' identity column.
+func TestStoriesSequence(t *testing.T) {
+	s := OpenTest(t)
+	var seq, named string
+	err := s.pool.QueryRow(context.Background(),
+		`SELECT pg_get_serial_sequence('stories', 'id')::regclass::text, 'stories_id_seq'::regclass::text`).Scan(&seq, &named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq != named {
+		t.Fatalf("the identity of stories.id uses %s, not %s", seq, named)
+	}
+}
