@@ -66,3 +66,77 @@ func TestLongPollWakesAtNextVisibleTime(t *testing.T) {
 		t.Fatalf("%d reads, want 2: the first look and the one at the next visible time", n)
 	}
 }
+
+// wakingStore is a scriptedStore whose acks make a message ready (Woken).
+type wakingStore struct{ *scriptedStore }
+
+func (wakingStore) MessageAck(_ context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	out := make([]bus.SettleResult, len(p.Handles))
+	for i := range out {
+		out[i] = bus.SettleResult{OK: true, Woken: true}
+	}
+	return out, nil
+}
+
+// plainHandles encodes a handle as its queue id.
+type plainHandles struct{}
+
+func (plainHandles) Encode(h bus.Handle) string                   { return h.QueueID }
+func (plainHandles) AppendEncode(dst []byte, h bus.Handle) []byte { return append(dst, h.QueueID...) }
+func (plainHandles) Decode(s string) (bus.Handle, error)          { return bus.Handle{QueueID: s}, nil }
+func (plainHandles) DecodeFor(s, _ string) (bus.Handle, error)    { return bus.Handle{QueueID: s}, nil }
+
+// TestFullBatchPassesItsWakeOn: a woken poll that fills its batch passes
+// the wake-up on to the next waiter (more may be ready), whose receive here
+// finds less and sets the queue's timer, which wakes it when the message
+// is visible.
+func TestFullBatchPassesItsWakeOn(t *testing.T) {
+	t.Parallel()
+	one := []bus.Delivery{{MessageType: "t"}}
+	st := &scriptedStore{answer: func(call int, p *bus.ReceiveParams) *bus.ReceiveResult {
+		switch call {
+		case 1, 2: // both polls look: nothing yet
+			return &bus.ReceiveResult{}
+		case 3: // the woken poll fills its batch of one
+			return &bus.ReceiveResult{Deliveries: one}
+		case 4: // the next one, passed the wake-up on: a message is visible soon
+			return &bus.ReceiveResult{NextVisibleAt: p.Now.Add(300 * time.Millisecond)}
+		default:
+			return &bus.ReceiveResult{Deliveries: one}
+		}
+	}}
+	svc := bus.NewService(bus.Config{Store: wakingStore{st}, Handles: plainHandles{}, Logger: storetest.Logger(t)})
+	got := make(chan int, 2)
+	poll := func() {
+		ds, err := svc.Receive(context.Background(), bus.ReceiveRequest{QueueID: "q", Max: 1, Wait: 5 * time.Second, Visibility: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- len(ds)
+	}
+	waitCalls := func(n int) {
+		for st.count() < n {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // registered and waiting
+	}
+	go poll()
+	waitCalls(1)
+	go poll()
+	waitCalls(2)
+	start := time.Now()
+	if _, err := svc.Settle(context.Background(), "q", []string{"q"}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if n := <-got; n != 1 {
+			t.Fatalf("a poll got %d deliveries, want 1", n)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the second poll got its message after %v: it was not woken at the next visible time", d)
+	}
+	if n := st.count(); n != 5 {
+		t.Fatalf("%d reads, want 5", n)
+	}
+}
