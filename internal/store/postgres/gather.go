@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -13,8 +14,20 @@ import (
 // inFlight runs under way runs at once, by itself; the calls that come
 // while inFlight are under way wait together in one group, which runs as
 // one call (one transaction, one commit, one WAL flush) as soon as one of
-// the runs ends. A call alone is never delayed; calls that arrive together
-// share a commit instead of queueing for the WAL flush one after another.
+// the runs ends. Calls that arrive together share a commit instead of
+// queueing for the WAL flush one after another.
+//
+// A gatherer with a hold also waits a little for the callers of the run
+// that just ended: a group that gets its place, or a call that finds no run
+// under way less than a hold after a run of several calls ended, waits
+// until it has as many calls as that run had, or for a hold, but never
+// longer than that run took. Callers that each wait for their answer
+// before sending the next call (8 publishers of single messages) come back
+// a few hundred microseconds after their run ends, just after the next
+// run started without them; without the hold they alternate in two halves,
+// each waiting for the other's run, and every run carries half of them
+// (docs/benchmarks.md, the thirteenth round). A call that comes by itself,
+// when no run of several ended just before, is never delayed.
 //
 // Nothing here is a lock of the data: a group's run is an ordinary store
 // transaction, bound by the same row locks as any other, so several nodes
@@ -33,23 +46,53 @@ type gatherer[C any] struct {
 	// join reports whether c may go into the group calls (no two of its
 	// items may conflict with theirs); nil lets every call join.
 	join func(calls []*C, c *C) bool
+	// hold bounds how long a group waits for the callers of the run before
+	// it (zero: never).
+	hold time.Duration
 
 	mu   sync.Mutex
 	keys map[string]*gatherKey[C]
+	// swept is when keys last lost the keys kept only for their latest
+	// run (see finish).
+	swept time.Time
 }
 
-// gatherKey is a key's state: its runs under way and the group waiting.
+// gatherKey is a key's state: its runs under way and the group waiting,
+// and when its latest run ended, how long it took and how many calls it
+// had (for the hold).
 type gatherKey[C any] struct {
 	running int
 	next    *gatherGroup[C]
+
+	lastEnd    time.Time
+	lastTook   time.Duration
+	lastServed int
 }
 
 // gatherGroup is calls waiting to run together. ready is closed when a run
 // ends and hands its place to the group; done when the group's run ended.
+// A group that holds (target > 0) still takes calls once it has its place,
+// until it has target calls (full is closed then) or its hold runs out.
 type gatherGroup[C any] struct {
 	calls       []*C
 	size        int
 	ready, done chan struct{}
+	target      int
+	hold        time.Duration
+	full        chan struct{}
+}
+
+// holdFor returns how long a group may wait for the callers of k's latest
+// run at now, and how many calls it waits for; zero when it must not wait.
+func (g *gatherer[C]) holdFor(k *gatherKey[C], now time.Time) (time.Duration, int) {
+	if g.hold <= 0 || k.lastServed < 2 {
+		return 0, 0
+	}
+	d := min(g.hold, k.lastTook)
+	if now.Sub(k.lastEnd) >= d {
+		return 0, 0
+	}
+	return d, min(k.lastServed, g.maxSize)
 }
 
 // do runs c, of size items, with the calls of its key that come meanwhile:
@@ -73,11 +116,24 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 	}
 	if k.running < g.inFlight && k.next == nil {
 		k.running++
+		if hold, target := g.holdFor(k, time.Now()); hold > 0 {
+			// A run of several just ended: its callers are likely on
+			// their way back. c waits for them, in a group of its own
+			// that already has the place.
+			grp := &gatherGroup[C]{calls: []*C{c}, size: size, ready: make(chan struct{}), done: make(chan struct{}),
+				target: target, hold: hold, full: make(chan struct{})}
+			close(grp.ready)
+			k.next = grp
+			g.mu.Unlock()
+			g.runGroup(key, k, grp, run)
+			return
+		}
 		g.mu.Unlock()
 		// Deferred, as below: a run that panics (net/http recovers a
 		// handler's panic) must still hand its place on, or the key's
 		// later calls would wait for ever.
-		defer g.finish(key, k)
+		started := time.Now()
+		defer func() { g.finish(key, k, 1, started) }()
 		run([]*C{c})
 		return
 	}
@@ -85,6 +141,9 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 		if grp.size+size <= g.maxSize && (g.join == nil || g.join(grp.calls, c)) {
 			grp.calls = append(grp.calls, c)
 			grp.size += size
+			if grp.target > 0 && len(grp.calls) == grp.target {
+				close(grp.full)
+			}
 			g.mu.Unlock()
 			<-grp.done
 			return
@@ -99,25 +158,68 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 	grp := &gatherGroup[C]{calls: []*C{c}, size: size, ready: make(chan struct{}), done: make(chan struct{})}
 	k.next = grp
 	g.mu.Unlock()
-	<-grp.ready
-	defer close(grp.done)
-	defer g.finish(key, k)
-	run(grp.calls)
+	g.runGroup(key, k, grp, run)
 }
 
-// finish ends a run of key: the group waiting, if any, takes its place (it
-// takes no more calls from now on), or else the key has one run fewer.
-func (g *gatherer[C]) finish(key string, k *gatherKey[C]) {
+// runGroup waits for grp's place (and, when it holds, for its calls or its
+// hold), takes it off the key and runs it.
+func (g *gatherer[C]) runGroup(key string, k *gatherKey[C], grp *gatherGroup[C], run func(calls []*C)) {
+	<-grp.ready
+	if grp.target > 0 { // set before ready was closed
+		t := time.NewTimer(grp.hold)
+		select {
+		case <-grp.full:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	g.mu.Lock()
+	if k.next == grp {
+		k.next = nil // it takes no more calls from now on
+	}
+	calls := grp.calls
+	g.mu.Unlock()
+	started := time.Now()
+	defer close(grp.done)
+	defer func() { g.finish(key, k, len(calls), started) }()
+	run(calls)
+}
+
+// finish ends a run of key, of served calls, started at started: the group
+// waiting, if any, takes its place (holding for the run's callers when the
+// gatherer holds), or else the key has one run fewer. A key with no run
+// and no group is kept while a call may still hold for its latest run's
+// callers, and dropped at a later sweep.
+func (g *gatherer[C]) finish(key string, k *gatherKey[C], served int, started time.Time) {
+	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	k.lastEnd, k.lastTook, k.lastServed = now, now.Sub(started), served
 	if grp := k.next; grp != nil {
-		k.next = nil
+		if hold, _ := g.holdFor(k, now); hold > 0 {
+			// The callers of the run that ended come back to this group.
+			grp.hold, grp.full = hold, make(chan struct{})
+			grp.target = min(len(grp.calls)+served, g.maxSize)
+			if len(grp.calls) >= grp.target {
+				close(grp.full)
+			}
+		} else {
+			k.next = nil // it takes no more calls from now on
+		}
 		close(grp.ready)
 		return
 	}
 	k.running--
-	if k.running == 0 {
+	if k.running == 0 && g.hold <= 0 {
 		delete(g.keys, key)
+	}
+	if g.hold > 0 && now.Sub(g.swept) > time.Second {
+		g.swept = now
+		for key, k := range g.keys {
+			if k.running == 0 && k.next == nil && now.Sub(k.lastEnd) > g.hold {
+				delete(g.keys, key)
+			}
+		}
 	}
 }
 
@@ -140,6 +242,15 @@ const (
 	// large and single publishes faster than two did.
 	gatherInFlight          = 1
 	gatherPublishesInFlight = 1
+	// gatherPublishHold bounds how long a group of publishes waits for
+	// the callers of the run before it (the gatherer's hold; never longer
+	// than that run took). 8 publishers of single messages, one node:
+	// 4,938 and 5,119 msg/s without a hold, 6,191 and 6,339 with 300 µs,
+	// 6,544 and 6,355 with 600 µs, 6,485 and 6,676 with 1 ms, 6,556 and
+	// 6,706 with 2 ms (docs/benchmarks.md, the thirteenth round). Receives
+	// and acks do not hold: the drain, bound by the CPU, was no faster
+	// with a hold of acks and slower with one of receives.
+	gatherPublishHold = time.Millisecond
 	// gatherMaxMessages and gatherMaxHandles bound a group, so that its
 	// transaction holds its row locks no longer than a batch publish's
 	// does. An ack of more than gatherMaxCall handles (a receive of more
@@ -167,7 +278,7 @@ type publishCall struct {
 }
 
 func newPublishGatherer() *gatherer[publishCall] {
-	return &gatherer[publishCall]{inFlight: gatherPublishesInFlight, maxSize: gatherMaxMessages, maxCall: 1,
+	return &gatherer[publishCall]{inFlight: gatherPublishesInFlight, maxSize: gatherMaxMessages, maxCall: 1, hold: gatherPublishHold,
 		join: func(calls []*publishCall, c *publishCall) bool {
 			for _, o := range calls {
 				for id := range c.ids {

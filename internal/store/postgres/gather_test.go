@@ -265,3 +265,111 @@ func TestGathererPanic(t *testing.T) {
 		t.Fatal("the call after a panicking run did not run")
 	}
 }
+
+// TestGathererHold: after a run of several calls, a call that comes while
+// its callers may still come back waits for them, up to the hold but no
+// longer than that run took, and runs with them as soon as they are all
+// there; a call that comes after a run of one, or later than the hold,
+// runs at once; the keys kept for their latest run are swept later.
+func TestGathererHold(t *testing.T) {
+	type call struct{ id int }
+	g := &gatherer[call]{inFlight: 1, maxSize: 10, maxCall: 1, hold: time.Second}
+	const took = 60 * time.Millisecond // each run; so the hold is 60 ms
+	type ran struct {
+		ids  []int
+		at   time.Time
+		took time.Duration
+	}
+	runs := make(chan ran, 10)
+	var gate sync.Mutex // held to keep the first run going
+	run := func(calls []*call) {
+		start := time.Now()
+		gate.Lock()
+		gate.Unlock() //nolint:staticcheck // a gate, not a critical section
+		time.Sleep(took)
+		var ids []int
+		for _, c := range calls {
+			ids = append(ids, c.id)
+		}
+		runs <- ran{ids: ids, at: start, took: time.Since(start)}
+	}
+	var wg sync.WaitGroup
+	do := func(id int) { wg.Go(func() { g.do("k", &call{id: id}, 1, run) }) }
+	next := func(want ...int) ran {
+		t.Helper()
+		r := <-runs
+		if !slices.Equal(r.ids, want) {
+			t.Fatalf("run %v, want %v", r.ids, want)
+		}
+		return r
+	}
+	groupOf := func(n int) func() bool {
+		return func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			k := g.keys["k"]
+			return k != nil && k.next != nil && len(k.next.calls) == n
+		}
+	}
+
+	// A run of one (1), and behind it a group of three (2, 3, 4): the run
+	// before it had one call, so the group runs as soon as 1 ends.
+	gate.Lock()
+	do(1)
+	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.keys["k"] != nil })
+	for id := 2; id <= 4; id++ {
+		do(id)
+		waitUntil(t, groupOf(id-1))
+	}
+	gate.Unlock()
+	next(1)
+	next(2, 3, 4)
+
+	// Right after a run of three: 5 waits for two more, and runs with 6
+	// and 7 as soon as they come, well before its hold (60 ms) runs out.
+	do(5)
+	waitUntil(t, groupOf(1))
+	time.Sleep(20 * time.Millisecond)
+	do(6)
+	waitUntil(t, groupOf(2))
+	start := time.Now()
+	do(7)
+	r := next(5, 6, 7)
+	if wait := r.at.Sub(start); wait > 15*time.Millisecond {
+		t.Errorf("the full group started %v after its last call, want at once", wait)
+	}
+
+	// Right after it, 8 waits for two more that never come: it runs
+	// alone once its hold (as long as the run before: 60 ms) is out.
+	start = time.Now()
+	do(8)
+	r = next(8)
+	if wait := r.at.Sub(start); wait < took-10*time.Millisecond || wait > time.Second/2 {
+		t.Errorf("8 alone started after %v, want its hold (about %v)", wait, took)
+	}
+
+	// After a run of one, 9 does not wait.
+	start = time.Now()
+	do(9)
+	if r = next(9); r.at.Sub(start) > 15*time.Millisecond {
+		t.Errorf("9 started after %v, want at once", r.at.Sub(start))
+	}
+	wg.Wait()
+
+	// The key is kept for its latest run; a finish a second later sweeps
+	// it, keeping its own key.
+	g.mu.Lock()
+	if g.keys["k"] == nil {
+		t.Error("key dropped before a sweep")
+	}
+	g.keys["k"].lastEnd = time.Now().Add(-time.Minute)
+	g.swept = time.Time{}
+	g.mu.Unlock()
+	g.do("other", &call{id: 10}, 1, run)
+	next(10)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.keys["k"] != nil || g.keys["other"] == nil {
+		t.Errorf("after the sweep: k %v, other %v; want k gone, other kept", g.keys["k"], g.keys["other"])
+	}
+}
