@@ -26,8 +26,12 @@ import (
 // a few hundred microseconds after their run ends, just after the next
 // run started without them; without the hold they alternate in two halves,
 // each waiting for the other's run, and every run carries half of them
-// (docs/benchmarks.md, the thirteenth round). A call that comes by itself,
-// when no run of several ended just before, is never delayed.
+// (docs/benchmarks.md, the thirteenth round). It holds only while calls
+// usually come that soon after a run ends (a moving average of the time
+// from the latest run's end to each call): callers that come back later
+// than the hold would make every hold run out for nothing. A call that
+// comes by itself, when no run of several ended just before, is never
+// delayed.
 //
 // Nothing here is a lock of the data: a group's run is an ordinary store
 // transaction, bound by the same row locks as any other, so several nodes
@@ -67,6 +71,9 @@ type gatherKey[C any] struct {
 	lastEnd    time.Time
 	lastTook   time.Duration
 	lastServed int
+	// comeBack is the moving average of the time from the latest run's
+	// end to each call (zero until a run ended).
+	comeBack time.Duration
 }
 
 // gatherGroup is calls waiting to run together. ready is closed when a run
@@ -89,7 +96,7 @@ func (g *gatherer[C]) holdFor(k *gatherKey[C], now time.Time) (time.Duration, in
 		return 0, 0
 	}
 	d := min(g.hold, k.lastTook)
-	if now.Sub(k.lastEnd) >= d {
+	if now.Sub(k.lastEnd) >= d || k.comeBack >= d {
 		return 0, 0
 	}
 	return d, min(k.lastServed, g.maxSize)
@@ -114,9 +121,17 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 		k = &gatherKey[C]{}
 		g.keys[key] = k
 	}
+	now := time.Now()
+	if g.hold > 0 && !k.lastEnd.IsZero() {
+		if k.comeBack == 0 {
+			k.comeBack = now.Sub(k.lastEnd)
+		} else {
+			k.comeBack += (now.Sub(k.lastEnd) - k.comeBack) / 4
+		}
+	}
 	if k.running < g.inFlight && k.next == nil {
 		k.running++
-		if hold, target := g.holdFor(k, time.Now()); hold > 0 {
+		if hold, target := g.holdFor(k, now); hold > 0 {
 			// A run of several just ended: its callers are likely on
 			// their way back. c waits for them, in a group of its own
 			// that already has the place.

@@ -303,6 +303,15 @@ func TestGathererHold(t *testing.T) {
 		}
 		return r
 	}
+	idle := func() {
+		t.Helper()
+		waitUntil(t, func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			k := g.keys["k"]
+			return k != nil && k.running == 0 && k.next == nil
+		})
+	}
 	groupOf := func(n int) func() bool {
 		return func() bool {
 			g.mu.Lock()
@@ -324,6 +333,7 @@ func TestGathererHold(t *testing.T) {
 	gate.Unlock()
 	next(1)
 	next(2, 3, 4)
+	idle() // its run has ended (a run reports before it ends)
 
 	// Right after a run of three: 5 waits for two more, and runs with 6
 	// and 7 as soon as they come, well before its hold (60 ms) runs out.
@@ -341,6 +351,7 @@ func TestGathererHold(t *testing.T) {
 
 	// Right after it, 8 waits for two more that never come: it runs
 	// alone once its hold (as long as the run before: 60 ms) is out.
+	idle()
 	start = time.Now()
 	do(8)
 	r = next(8)
@@ -349,6 +360,7 @@ func TestGathererHold(t *testing.T) {
 	}
 
 	// After a run of one, 9 does not wait.
+	idle()
 	start = time.Now()
 	do(9)
 	if r = next(9); r.at.Sub(start) > 15*time.Millisecond {
@@ -372,4 +384,48 @@ func TestGathererHold(t *testing.T) {
 	if g.keys["k"] != nil || g.keys["other"] == nil {
 		t.Errorf("after the sweep: k %v, other %v; want k gone, other kept", g.keys["k"], g.keys["other"])
 	}
+}
+
+// TestGathererNoHoldForLateCallers: when calls usually come later after a
+// run ends than a hold would wait, a call that comes right after a run of
+// several does not hold: it runs at once.
+func TestGathererNoHoldForLateCallers(t *testing.T) {
+	type call struct{ id int }
+	g := &gatherer[call]{inFlight: 1, maxSize: 10, maxCall: 1, hold: time.Second}
+	runs := make(chan []int, 10)
+	var gate sync.Mutex
+	run := func(calls []*call) {
+		gate.Lock()
+		gate.Unlock() //nolint:staticcheck // a gate, not a critical section
+		time.Sleep(30 * time.Millisecond)
+		var ids []int
+		for _, c := range calls {
+			ids = append(ids, c.id)
+		}
+		runs <- ids
+	}
+	var wg sync.WaitGroup
+	do := func(id int) { wg.Go(func() { g.do("k", &call{id: id}, 1, run) }) }
+	gate.Lock()
+	do(1)
+	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.keys["k"] != nil })
+	do(2)
+	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.keys["k"].next != nil })
+	do(3)
+	waitUntil(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.keys["k"].next.calls) == 2 })
+	gate.Unlock()
+	<-runs // 1
+	if ids := <-runs; len(ids) != 2 {
+		t.Fatalf("run %v, want the group of two", ids)
+	}
+	wg.Wait()
+	g.mu.Lock()
+	g.keys["k"].comeBack = time.Minute // calls usually come a minute after a run
+	g.mu.Unlock()
+	start := time.Now()
+	do(4)
+	if ids := <-runs; len(ids) != 1 || time.Since(start) > 30*time.Millisecond+20*time.Millisecond {
+		t.Fatalf("run %v after %v, want 4 alone at once", ids, time.Since(start))
+	}
+	wg.Wait()
 }
