@@ -123,10 +123,13 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 	}
 	now := time.Now()
 	if g.hold > 0 && !k.lastEnd.IsZero() {
+		// Capped: past the hold a call says only that it came late, and a
+		// key idle for an hour must not need dozens of calls to hold again.
+		since := min(now.Sub(k.lastEnd), 2*g.hold)
 		if k.comeBack == 0 {
-			k.comeBack = now.Sub(k.lastEnd)
+			k.comeBack = since
 		} else {
-			k.comeBack += (now.Sub(k.lastEnd) - k.comeBack) / 4
+			k.comeBack += (since - k.comeBack) / 4
 		}
 	}
 	if k.running < g.inFlight && k.next == nil {
