@@ -76,17 +76,33 @@ type gatherKey[C any] struct {
 	comeBack time.Duration
 }
 
-// gatherGroup is calls waiting to run together. ready is closed when a run
-// ends and hands its place to the group; done when the group's run ended.
-// A group that holds (target > 0) still takes calls once it has its place,
-// until it has target calls (full is closed then) or its hold runs out.
+// gatherGroup is calls waiting to run together. ready is closed when the
+// group gets its place (placed: a run ended and handed it on, or the group
+// took a free one to hold); done when the group's run ended. A group that
+// holds (target > 0) still takes calls once it has its place, until it has
+// target calls or its items fill it (full is closed then), or its hold
+// runs out.
 type gatherGroup[C any] struct {
 	calls       []*C
 	size        int
 	ready, done chan struct{}
+	placed      bool
 	target      int
 	hold        time.Duration
 	full        chan struct{}
+}
+
+// fill closes full once the group has its target of calls, or as many
+// items as a group may carry. Called under g.mu.
+func (g *gatherer[C]) fill(grp *gatherGroup[C]) {
+	if grp.target == 0 || (len(grp.calls) < grp.target && grp.size < g.maxSize) {
+		return
+	}
+	select {
+	case <-grp.full:
+	default:
+		close(grp.full)
+	}
 }
 
 // holdFor returns how long a group may wait for the callers of k's latest
@@ -139,8 +155,9 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 			// their way back. c waits for them, in a group of its own
 			// that already has the place.
 			grp := &gatherGroup[C]{calls: []*C{c}, size: size, ready: make(chan struct{}), done: make(chan struct{}),
-				target: target, hold: hold, full: make(chan struct{})}
+				placed: true, target: target, hold: hold, full: make(chan struct{})}
 			close(grp.ready)
+			g.fill(grp)
 			k.next = grp
 			g.mu.Unlock()
 			g.runGroup(key, k, grp, run)
@@ -159,9 +176,7 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 		if grp.size+size <= g.maxSize && (g.join == nil || g.join(grp.calls, c)) {
 			grp.calls = append(grp.calls, c)
 			grp.size += size
-			if grp.target > 0 && len(grp.calls) == grp.target {
-				close(grp.full)
-			}
+			g.fill(grp)
 			g.mu.Unlock()
 			<-grp.done
 			return
@@ -213,17 +228,18 @@ func (g *gatherer[C]) finish(key string, k *gatherKey[C], served int, started ti
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k.lastEnd, k.lastTook, k.lastServed = now, now.Sub(started), served
-	if grp := k.next; grp != nil {
+	// A group that already has a place (it holds, beside this run when
+	// inFlight > 1) is not handed another.
+	if grp := k.next; grp != nil && !grp.placed {
 		if hold, _ := g.holdFor(k, now); hold > 0 {
 			// The callers of the run that ended come back to this group.
 			grp.hold, grp.full = hold, make(chan struct{})
 			grp.target = min(len(grp.calls)+served, g.maxSize)
-			if len(grp.calls) >= grp.target {
-				close(grp.full)
-			}
+			g.fill(grp)
 		} else {
 			k.next = nil // it takes no more calls from now on
 		}
+		grp.placed = true
 		close(grp.ready)
 		return
 	}
