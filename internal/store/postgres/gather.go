@@ -27,9 +27,9 @@ import (
 // run started without them; without the hold they alternate in two halves,
 // each waiting for the other's run, and every run carries half of them
 // (docs/benchmarks.md, the thirteenth round). It holds only while calls
-// usually come that soon after a run ends (a moving average of the time
-// from the latest run's end to each call): callers that come back later
-// than the hold would make every hold run out for nothing. A call that
+// usually come back within the hold after a run ends (a moving average of
+// the time from the latest run's end to each call): callers that come back
+// later would make every hold run out for nothing. A call that
 // comes by itself, when no run of several ended just before, is never
 // delayed.
 //
@@ -111,8 +111,12 @@ func (g *gatherer[C]) holdFor(k *gatherKey[C], now time.Time) (time.Duration, in
 	if g.hold <= 0 || k.lastServed < 2 {
 		return 0, 0
 	}
+	// Whether calls come back soon enough is judged against the hold, not
+	// against the latest run: runs without the callers are shorter, and
+	// judged against those, callers that come back a little later than a
+	// short run would keep the key from ever holding again.
 	d := min(g.hold, k.lastTook)
-	if now.Sub(k.lastEnd) >= d || k.comeBack >= d {
+	if now.Sub(k.lastEnd) >= d || k.comeBack >= g.hold {
 		return 0, 0
 	}
 	return d, min(k.lastServed, g.maxSize)
