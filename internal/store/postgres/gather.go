@@ -29,9 +29,8 @@ import (
 // (docs/benchmarks.md, the thirteenth round). It holds only while calls
 // usually come back within the hold after a run ends (a moving average of
 // the time from the latest run's end to each call): callers that come back
-// later would make every hold run out for nothing. A call that
-// comes by itself, when no run of several ended just before, is never
-// delayed.
+// later would make every hold run out for nothing. A call that comes by
+// itself, when no run of several ended just before, is never delayed.
 //
 // Nothing here is a lock of the data: a group's run is an ordinary store
 // transaction, bound by the same row locks as any other, so several nodes
