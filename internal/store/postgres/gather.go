@@ -140,7 +140,10 @@ func (g *gatherer[C]) do(key string, c *C, size int, run func(calls []*C)) {
 		k = &gatherKey[C]{}
 		g.keys[key] = k
 	}
-	now := time.Now()
+	var now time.Time // read only by a gatherer that holds
+	if g.hold > 0 {
+		now = time.Now()
+	}
 	if g.hold > 0 && !k.lastEnd.IsZero() {
 		// Capped: past the hold a call says only that it came late, and a
 		// key idle for an hour must not need dozens of calls to hold again.
