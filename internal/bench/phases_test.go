@@ -42,6 +42,8 @@ package bench
 // before. PostgreSQL publishes a backend's counts up to about 10 s late,
 // so each figure costs 27 s of waiting, and the database should be one
 // that nothing else uses meanwhile (SOMBUS_TEST_POSTGRES_URL).
+// SOMBUS_BENCH_CPUPROFILE and SOMBUS_BENCH_TRACE (bench_test.go) profile
+// the timed phase of the sombus systems only (select one sub-benchmark).
 
 import (
 	"bytes"
@@ -312,9 +314,11 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 	}
 	var err error
 	var m phaseMeters
+	stopProfile := func() {}
 	switch phase {
 	case "single":
 		m = startMeters(b, url, true)
+		stopProfile = profileTimed(b)
 		b.ResetTimer()
 		err = phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			i := next.Add(1) - 1
@@ -329,6 +333,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		})
 	case "batch":
 		m = startMeters(b, url, true)
+		stopProfile = profileTimed(b)
 		b.ResetTimer()
 		err = publishBatches()
 	case "drain":
@@ -337,6 +342,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 			b.Fatal(err)
 		}
 		m = startMeters(b, url, true)
+		stopProfile = profileTimed(b)
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
@@ -374,6 +380,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		})
 	}
 	b.StopTimer()
+	stopProfile()
 	if err != nil {
 		b.Fatal(err)
 	}
