@@ -177,7 +177,18 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 // queue's stories in order, now hidden from the planner as above), and
 // planning it again on each execution cost more PostgreSQL CPU a message
 // than its run.
-const quickReceiveGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+//
+// A generic plan is kept for the connection's life (until the tables'
+// statistics change), and one made on tables never analyzed (a new
+// database, or a connection readied before the first publishes) believed
+// the queue held a few stories: it read every ready story of the queue
+// through a bitmap scan and sorted them to keep the first ones, a receive
+// costing more the longer the queue, until an autovacuum analyze replaced
+// the plan (TestQuickReceivePlanOrdered). Without sequential and bitmap
+// scans the only plans left read stories_ready in order and stop at the
+// limit. The settings are transaction-local, as for the ack.
+const quickReceiveGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // scanQuickReceive reads the results of quickReceive's pipeline: BEGIN,
 // the plan cache mode, quickReceiveSQL's rows and COMMIT. found is false
