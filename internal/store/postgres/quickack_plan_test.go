@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sombus/sombus/internal/bus"
 )
 
@@ -54,34 +56,8 @@ func TestQuickAckPlanLinear(t *testing.T) {
 	if _, err := tx.Exec(ctx, quickAckGenericPlans); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `PREPARE quick_ack_plan AS `+quickAckSQL); err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	// EXPLAIN EXECUTE takes no parameters of its own: the values are
-	// literals (ids and numbers only).
-	list := func(xs []int64) string {
-		b := []byte("ARRAY[")
-		for i, x := range xs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, x, 10)
-		}
-		return string(append(b, "]::bigint[]"...))
-	}
-	err = tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE quick_ack_plan(%s, %s, %s, '%s', %d)`,
-		list(sids), list(seqs), list(nonces), q, ms(now))).Scan(&out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
-		t.Fatalf("explain: %v (%d plans)", err, len(plan))
-	}
-	root := plan[0].Plan
+	root := explainGeneric(t, tx, quickAckSQL, fmt.Sprintf("%s, %s, %s, '%s', %d",
+		bigints(sids), bigints(seqs), bigints(nonces), q, ms(now)))
 	if root.ActualRows != n/2 {
 		t.Fatalf("the ack advanced %d stories, want %d", root.ActualRows, n/2)
 	}
@@ -89,19 +65,13 @@ func TestQuickAckPlanLinear(t *testing.T) {
 	// its loops: what the statement looked at. The plan was made on the
 	// test's small, never analyzed tables, where reading a whole table is
 	// the cheapest way: it must probe the keys all the same.
-	var looked func(p *planNode) int64
-	looked = func(p *planNode) int64 {
+	rows := root.looked(func(p *planNode) {
 		switch p.NodeType {
 		case "Seq Scan", "Hash Join", "Merge Join":
 			t.Errorf("the generic plan has a %s (%s), want index probes only", p.NodeType, p.RelationName)
 		}
-		sum := (p.ActualRows + p.RemovedByJoinFilter + p.RemovedByFilter) * max(p.ActualLoops, 1)
-		for i := range p.Plans {
-			sum += looked(&p.Plans[i])
-		}
-		return sum
-	}
-	if rows := looked(&root); rows > 30*n {
+	})
+	if rows > 30*n {
 		t.Fatalf("the ack of %d heads looked at %d rows over its plan (%.0f a handle), want at most 30 a handle", n, rows, float64(rows)/n)
 	} else {
 		t.Logf("the ack of %d heads looked at %d rows over its plan", n, rows)
@@ -125,4 +95,51 @@ type planNode struct {
 	RemovedByJoinFilter int64      `json:"Rows Removed by Join Filter"`
 	RemovedByFilter     int64      `json:"Rows Removed by Filter"`
 	Plans               []planNode `json:"Plans"`
+}
+
+// looked visits p and the nodes below it and returns the rows that every
+// node produced or filtered out, over all its loops: what the statement
+// looked at.
+func (p *planNode) looked(visit func(*planNode)) int64 {
+	visit(p)
+	sum := (p.ActualRows + p.RemovedByJoinFilter + p.RemovedByFilter) * max(p.ActualLoops, 1)
+	for i := range p.Plans {
+		sum += p.Plans[i].looked(visit)
+	}
+	return sum
+}
+
+// explainGeneric prepares sql in tx and runs it once under EXPLAIN
+// (ANALYZE), with args, the prepared statement's parameters written as SQL
+// literals (EXPLAIN EXECUTE takes no parameters of its own); tx has set the
+// statement's plan settings. It returns the plan's root.
+func explainGeneric(t *testing.T, tx pgx.Tx, sql, args string) planNode {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := tx.Exec(ctx, `PREPARE explained AS `+sql); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained(`+args+`)`).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("explain: %v (%d plans)", err, len(plan))
+	}
+	return plan[0].Plan
+}
+
+// bigints writes xs as an SQL literal of a bigint array.
+func bigints(xs []int64) string {
+	b := []byte("ARRAY[")
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(append(b, "]::bigint[]"...))
 }
