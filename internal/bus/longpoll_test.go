@@ -140,3 +140,45 @@ func TestFullBatchPassesItsWakeOn(t *testing.T) {
 		t.Fatalf("%d reads, want 5", n)
 	}
 }
+
+// announcingStore is a scriptedStore shared by nodes (bus.WaitAnnouncer):
+// its first announcement of a queue is news to the other nodes, the later
+// ones are not.
+type announcingStore struct {
+	*scriptedStore
+	announces int
+}
+
+func (s *announcingStore) WaitAnnounce(context.Context, string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.announces++
+	return s.announces == 1, nil
+}
+
+// TestLongPollLooksAgainAfterAnnouncing: a poll that finds nothing tells
+// the other nodes it waits, and when that was news to them it looks once
+// more before waiting (what committed before they heard was not sent to
+// this node); a message found by that look is the answer. A receive that
+// does not wait announces nothing.
+func TestLongPollLooksAgainAfterAnnouncing(t *testing.T) {
+	t.Parallel()
+	st := &announcingStore{scriptedStore: &scriptedStore{answer: func(call int, _ *bus.ReceiveParams) *bus.ReceiveResult {
+		if call == 3 {
+			return &bus.ReceiveResult{Deliveries: []bus.Delivery{{MessageType: "t"}}}
+		}
+		return &bus.ReceiveResult{}
+	}}}
+	svc := bus.NewService(bus.Config{Store: st, Logger: storetest.Logger(t)})
+	ds, err := svc.Receive(context.Background(), bus.ReceiveRequest{QueueID: "q", Max: 10, Wait: 0, Visibility: time.Minute})
+	if err != nil || len(ds) != 0 || st.announces != 0 {
+		t.Fatalf("receive without a wait: %v %v, %d announcements; want none", ds, err, st.announces)
+	}
+	ds, err = svc.Receive(context.Background(), bus.ReceiveRequest{QueueID: "q", Max: 10, Wait: 5 * time.Second, Visibility: time.Minute})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v %v; want the message the look after the announcement found", ds, err)
+	}
+	if n := st.count(); n != 3 || st.announces != 1 {
+		t.Fatalf("%d reads and %d announcements, want 3 (one without a wait, then before and after the announcement) and 1", n, st.announces)
+	}
+}

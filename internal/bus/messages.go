@@ -230,6 +230,21 @@ func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() boo
 		s.passOn(r.QueueID, cancel)
 		return nil, true, nil // a retried attempt takes nothing new: answer at once
 	}
+	if r.Wait > 0 && s.announcer != nil {
+		announced, err := s.announcer.WaitAnnounce(ctx, r.QueueID)
+		if err != nil && ctx.Err() == nil {
+			// Other nodes may not send this queue's wake-ups: the poll
+			// still answers when its wait runs out.
+			s.log.WarnContext(ctx, "receive: announcing the wait to other nodes failed", "queue_id", r.QueueID, "err", err)
+		}
+		if announced {
+			// What committed before the other nodes heard may not reach
+			// this node as a wake-up: look once more (the store announces
+			// a queue again only after a while, so this look normally does
+			// not announce again; if it does, it looks once more too).
+			return s.look(ctx, r, cancel)
+		}
+	}
 	return nil, false, nil
 }
 

@@ -76,12 +76,15 @@ const (
 
 // Service is the bus: every rule between the HTTP layer and the store.
 type Service struct {
-	cfg      Config
-	store    Store
-	clock    Clock
-	log      *slog.Logger
-	notifier *Notifier
-	metrics  Metrics
+	cfg   Config
+	store Store
+	// announcer is the store when it is a WaitAnnouncer (nodes sharing
+	// it), nil otherwise.
+	announcer WaitAnnouncer
+	clock     Clock
+	log       *slog.Logger
+	notifier  *Notifier
+	metrics   Metrics
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server stops: long polls answer empty
@@ -133,6 +136,7 @@ func NewService(cfg Config) *Service {
 		notifier: NewNotifier(),
 		stopping: make(chan struct{}),
 	}
+	s.announcer, _ = cfg.Store.(WaitAnnouncer)
 	if c, ok := cfg.Clock.(interface{ OnMove(func()) }); ok {
 		// A clock that tests move by hand: visibility timeouts and release
 		// delays run out when it moves, not when the notifier's timers

@@ -90,6 +90,16 @@ type Store interface {
 	Close() error
 }
 
+// WaitAnnouncer is a store shared by nodes that sends a queue's wake-ups
+// only to the nodes whose polls wait on that queue. The bus calls
+// WaitAnnounce when a poll's look found nothing and the poll is about to
+// wait; when it returns true (it told the other nodes just now) the bus
+// looks at the queue once more before waiting, since a change committed
+// before the other nodes heard may not have been sent to this one.
+type WaitAnnouncer interface {
+	WaitAnnounce(ctx context.Context, queueID string) (announced bool, err error)
+}
+
 // Tx is what a management transaction may read and write.
 type Tx interface {
 	UserCreate(u User) error

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,10 +20,28 @@ import (
 // notifyChannel is the channel that carries ready queue ids between nodes.
 const notifyChannel = "sombus_ready"
 
-// helloChannel carries a node's id each time its listener starts
+// helloChannel carries a node's hello each time its listener starts
 // listening, so that the other nodes send their notifications again at
-// once (see notifier).
+// once: "<node id>" (earlier versions) or "<node id>,<listener's backend
+// pid>", and ",r" after it in an answer to another node's hello (see
+// notifier).
 const helloChannel = "sombus_listeners"
+
+// waitChannel carries the queues a node's polls are about to wait on
+// (see notifier): "<node id>,<queue id>,…".
+const waitChannel = "sombus_waiting"
+
+// The timings of the wait announcements (see notifier): a node says a
+// queue's wait again at most every interestResend, what a node heard holds
+// for interestTTL, a post of a queue nobody waits on is kept for
+// interestReplay (the longest an announcement may take to arrive), and a
+// poll waits at most maxPollWait.
+const (
+	maxPollWait    = 20 * time.Second
+	interestResend = 5 * time.Second
+	interestTTL    = time.Minute
+	interestReplay = 10 * time.Second
+)
 
 // listenStatement is the last statement of every listener connection, the
 // one by which pg_stat_activity shows it (its query column): nodes of
@@ -106,6 +126,25 @@ type execer interface {
 // it listened, a few milliseconds late, and no later than the next check.
 // Without a working check (no Listen running, the own listener not
 // connected or not seen, the check failing) every post is sent.
+//
+// With other nodes listening, a queue's wake-ups go only to nodes that
+// wait on it. A node whose poll is about to wait on a queue says so on
+// waitChannel (waitAnnounce, at most every interestResend a queue) and
+// looks at the queue once more after that notification committed; the
+// other nodes keep what they heard for interestTTL and send that queue's
+// posts. While what it said still holds for longer than a poll's longest
+// wait, it says it again in the background, without the second look. A
+// post of a queue no node waits on is kept (unsent) for
+// interestReplay: if a node's announcement of it arrives meanwhile, the
+// post is sent then. So a change committed after the waiting node's last
+// look reaches it: either the poster had heard the announcement when it
+// posted, or it hears it later and sends the kept post (the announcement
+// committed before that look, so before the change and its post). A node
+// that starts listening says hello; the others answer with their own
+// (hello-reply) and announce again every queue their polls wait on.
+// The posts go only where announced when every other listener seen in
+// the check said hello with its backend pid (gated): a listener of an
+// earlier version, which never announces, gets every post as before.
 type notifier struct {
 	s *Store
 	// id names this node in its hellos, so that it ignores its own.
@@ -123,6 +162,28 @@ type notifier struct {
 	hellos uint64              // hellos heard from other nodes
 
 	sent atomic.Int64 // NOTIFY statements sent, for tests
+
+	// Interest (see above). ownPID is the own listener's backend pid (0
+	// when not listening); gated: the latest check saw only listeners that
+	// said hello (pids in known); interest: queue → until when another
+	// node waits on it; unsent: queue → when a post of it was kept;
+	// wanted: queue → when a poll of this node was last about to wait on
+	// it; announced: queue → when this node last said so.
+	ownPID    uint32
+	gated     bool
+	known     map[uint32]bool
+	interest  map[string]time.Time
+	unsent    map[string]time.Time
+	wanted    map[string]time.Time
+	announced map[string]time.Time
+	// ttl, resend and replay are interestTTL, interestResend and
+	// interestReplay (tests shorten them).
+	ttl, resend, replay time.Duration
+	announces           *gatherer[announceCall]
+	// refresh: queues to announce again in the background (sendRefreshes,
+	// running while refreshing).
+	refresh    map[string]struct{}
+	refreshing bool
 
 	// lastSend is when the latest send began; only the sender goroutine
 	// (one at a time, handed over under mu) touches it.
@@ -159,6 +220,21 @@ func (n *notifier) post(ids []string) {
 			n.held[id] = struct{}{}
 		}
 		return
+	}
+	if n.gated {
+		now := time.Now()
+		send := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if now.Before(n.interest[id]) {
+				send = append(send, id)
+				continue
+			}
+			if n.unsent == nil {
+				n.unsent = map[string]time.Time{}
+			}
+			n.unsent[id] = now
+		}
+		ids = send
 	}
 	n.queue(ids)
 }
@@ -229,7 +305,8 @@ func sendNotify(ctx context.Context, q execer, ids []string) (int, error) {
 func newNotifier(s *Store) *notifier {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &notifier{s: s, id: hex.EncodeToString(b[:])}
+	return &notifier{s: s, id: hex.EncodeToString(b[:]), ttl: interestTTL, resend: interestResend, replay: interestReplay,
+		announces: &gatherer[announceCall]{inFlight: 1, maxSize: announceMax, maxCall: 1}}
 }
 
 // close refuses new posts and waits for the sender to finish.
@@ -246,6 +323,12 @@ func (n *notifier) notifyAll(why string) {
 	if n.alone {
 		n.s.logger.Debug("postgres: notifying other nodes again", "why", why)
 	}
+	n.sendHeld()
+	n.queue(n.ungate(nil))
+}
+
+// sendHeld ends holding and sends the held posts. n.mu is held.
+func (n *notifier) sendHeld() {
 	n.alone = false
 	held := make([]string, 0, len(n.held))
 	for id := range n.held {
@@ -255,16 +338,267 @@ func (n *notifier) notifyAll(why string) {
 	n.queue(held)
 }
 
+// ungate sends every post from now on, until a check gates them again, and
+// appends the kept posts (unsent) to ids. n.mu is held.
+func (n *notifier) ungate(ids []string) []string {
+	n.gated = false
+	for id := range n.unsent {
+		ids = append(ids, id)
+	}
+	n.unsent = nil
+	return ids
+}
+
 // heardHello is called with the payload of each hello: another node's
 // listener has just started listening.
-func (n *notifier) heardHello(from string) {
+func (n *notifier) heardHello(payload string) {
+	from, rest, _ := strings.Cut(payload, ",")
 	if from == n.id {
 		return
 	}
+	pidText, reply, _ := strings.Cut(rest, ",")
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if pid, err := strconv.ParseUint(pidText, 10, 32); err == nil && pid != 0 {
+		if n.known == nil {
+			n.known = map[uint32]bool{}
+		}
+		n.known[uint32(pid)] = true
+	}
+	if reply != "" {
+		// An answer to a hello: the node was listening already, and what
+		// it waits on comes in its announcements.
+		return
+	}
 	n.hellos++
 	n.notifyAll("another node started listening")
+	// The new node heard none of the announcements made before it
+	// listened: answer, and say again what this node's polls wait on.
+	if n.ownPID != 0 && !n.closed {
+		n.wg.Add(1)
+		go n.answerHello(n.ownPID, n.waitingNow(time.Now()))
+	}
+}
+
+// waitingNow lists the queues a poll of this node may still wait on at
+// now (wanted within a poll's longest wait). n.mu is held.
+func (n *notifier) waitingNow(now time.Time) []string {
+	var ids []string
+	for id, at := range n.wanted {
+		if now.Sub(at) < maxPollWait+n.resend {
+			ids = append(ids, id)
+		} else {
+			delete(n.wanted, id)
+		}
+	}
+	return ids
+}
+
+// answerHello says hello back (with pid, marked as an answer) and
+// announces ids again, in one statement (sayHello).
+func (n *notifier) answerHello(pid uint32, ids []string) {
+	defer n.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.sayHello(ctx, n.helloPayload(pid)+",r", ids); err != nil {
+		// The new node then sends every post to this one: it gates only
+		// once it knows this listener's pid.
+		n.s.logger.Warn("postgres: answering another node's hello failed", "err", interpretError(err))
+	}
+}
+
+// sayHello sends hello on helloChannel after announcing ids (the queues
+// this node's polls may be waiting on) on waitChannel, in one statement:
+// one transaction, whose notifications arrive in order, so a node that
+// learns this listener's pid from the hello (and may then send only
+// announced queues to it) has heard the announcements first.
+func (n *notifier) sayHello(ctx context.Context, hello string, ids []string) error {
+	sort.Strings(ids)
+	var b strings.Builder
+	b.WriteString(`SELECT set_config('synchronous_commit', 'off', true)`)
+	var args []any
+	for _, p := range payloads(ids) {
+		args = append(args, n.id+","+p)
+		fmt.Fprintf(&b, `, pg_notify('%s', $%d)`, waitChannel, len(args))
+	}
+	args = append(args, hello)
+	fmt.Fprintf(&b, `, pg_notify('%s', $%d)`, helloChannel, len(args))
+	_, err := n.s.pool.Exec(ctx, b.String(), args...)
+	return err
+}
+
+// helloPayload is this node's hello with its listener's backend pid.
+func (n *notifier) helloPayload(pid uint32) string {
+	return n.id + "," + strconv.FormatUint(uint64(pid), 10)
+}
+
+// heardWaits records another node's announcement ("<node id>,<queue
+// id>,…") and sends the kept posts of those queues.
+func (n *notifier) heardWaits(payload string) {
+	from, rest, _ := strings.Cut(payload, ",")
+	if from == n.id || rest == "" {
+		return
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.interest == nil {
+		n.interest = map[string]time.Time{}
+	}
+	var send []string
+	for _, id := range strings.Split(rest, ",") {
+		if id == "" {
+			continue
+		}
+		n.interest[id] = now.Add(n.ttl)
+		if at, ok := n.unsent[id]; ok {
+			delete(n.unsent, id)
+			if now.Sub(at) <= n.replay {
+				send = append(send, id)
+			}
+		}
+	}
+	n.queue(send)
+}
+
+// WaitAnnounce tells the other nodes that a poll of this node is about to
+// wait on queueID (bus.WaitAnnouncer; see notifier).
+func (s *Store) WaitAnnounce(ctx context.Context, queueID string) (bool, error) {
+	return s.notify.waitAnnounce(ctx, queueID)
+}
+
+// announceCall is one waitAnnounce in the announce gatherer.
+type announceCall struct {
+	ctx     context.Context
+	queueID string
+	err     error
+}
+
+// announceMax bounds the queues of one announcement statement.
+const announceMax = 200
+
+// waitAnnounce is called before a poll of this node waits on queueID. It
+// says so to the other nodes unless it did for that queue less than
+// resend ago, and reports whether it did: the caller then looks at the
+// queue once more before it waits (see notifier). A node alone says
+// nothing (no node would hear it), only remembers the queue for a node
+// that starts listening.
+func (n *notifier) waitAnnounce(ctx context.Context, queueID string) (bool, error) {
+	now := time.Now()
+	n.mu.Lock()
+	if n.wanted == nil || len(n.wanted) >= maxIdleQueues {
+		// Swept by the checks; without them (no Listen) bounded here.
+		n.wanted = map[string]time.Time{}
+		n.announced = nil
+	}
+	n.wanted[queueID] = now
+	at, ok := n.announced[queueID]
+	age := now.Sub(at)
+	switch {
+	case n.alone || ok && age < n.resend:
+		n.mu.Unlock()
+		return false, nil
+	case ok && age < n.ttl-maxPollWait-n.resend:
+		// What the other nodes heard still holds past this poll's wait
+		// (refreshes that fail forget the time, see sendRefreshes).
+		n.announced[queueID] = now
+		if n.refresh == nil {
+			n.refresh = map[string]struct{}{}
+		}
+		n.refresh[queueID] = struct{}{}
+		n.startRefreshes()
+		n.mu.Unlock()
+		return false, nil
+	}
+	n.mu.Unlock()
+	c := &announceCall{ctx: ctx, queueID: queueID}
+	n.announces.do("", c, 1, n.runAnnounces)
+	if c.err != nil {
+		return false, c.err
+	}
+	n.mu.Lock()
+	if n.announced == nil {
+		n.announced = map[string]time.Time{}
+	}
+	n.announced[queueID] = now
+	n.mu.Unlock()
+	return true, nil
+}
+
+// startRefreshes starts sendRefreshes unless it runs (the refreshes go
+// out after the poll's request, on no request's context). n.mu is held.
+func (n *notifier) startRefreshes() {
+	if n.refreshing || n.closed {
+		return
+	}
+	n.refreshing = true
+	n.wg.Add(1)
+	go n.sendRefreshes()
+}
+
+// sendRefreshes sends the queued refreshes until none are left.
+func (n *notifier) sendRefreshes() {
+	defer n.wg.Done()
+	for {
+		n.mu.Lock()
+		if len(n.refresh) == 0 {
+			n.refreshing = false
+			n.mu.Unlock()
+			return
+		}
+		ids := make([]string, 0, len(n.refresh))
+		for id := range n.refresh {
+			ids = append(ids, id)
+		}
+		n.refresh = nil
+		n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := n.sendWaits(ctx, ids); err != nil {
+			// What was said before still holds past the waits of the polls
+			// that asked; the next poll of these queues announces anew and
+			// looks again.
+			n.s.logger.Warn("postgres: announcing waiting polls again failed", "err", interpretError(err))
+			n.mu.Lock()
+			for _, id := range ids {
+				delete(n.announced, id)
+			}
+			n.mu.Unlock()
+		}
+		cancel()
+	}
+}
+
+// runAnnounces sends a group of announcements together.
+func (n *notifier) runAnnounces(calls []*announceCall) {
+	ctx := calls[0].ctx
+	if len(calls) > 1 {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		ids[i] = c.queueID
+	}
+	err := n.sendWaits(ctx, ids)
+	for _, c := range calls {
+		c.err = err
+	}
+}
+
+// sendWaits announces ids on waitChannel, in as many notifications as
+// they need. Their commits do not wait for a WAL flush: only their order
+// matters (each commits before its poll looks again), not their
+// durability.
+func (n *notifier) sendWaits(ctx context.Context, ids []string) error {
+	sort.Strings(ids)
+	for _, p := range payloads(ids) {
+		if _, err := n.s.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify('`+waitChannel+`', $1)`,
+			n.id+","+p); err != nil {
+			return fmt.Errorf("announce waits: %w", err)
+		}
+	}
+	return nil
 }
 
 // check looks whether a listener other than the node's own (whose backend
@@ -278,16 +612,31 @@ func (n *notifier) check(ctx context.Context, ownPID uint32) {
 	before := n.held
 	n.held = nil
 	hellos := n.hellos
+	knownBefore := maps.Clone(n.known)
 	n.mu.Unlock()
 
 	var alone bool
+	var others []uint32
 	var err error
 	if ownPID != 0 {
-		alone, err = n.s.noOtherListener(ctx, ownPID)
+		alone, others, err = n.s.noOtherListener(ctx, ownPID)
 	}
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.sweepInterest(time.Now(), others, knownBefore, err == nil && ownPID != 0)
+	gated := err == nil && ownPID != 0 && !alone
+	for _, pid := range others {
+		gated = gated && n.known[pid]
+	}
+	// After the switch: notifyAll sends every post until this gates them.
+	defer func() {
+		if gated {
+			n.gated = true
+		} else if n.gated {
+			n.queue(n.ungate(nil))
+		}
+	}()
 	switch {
 	case err == nil && alone && n.hellos == hellos:
 		if !n.alone {
@@ -315,7 +664,12 @@ func (n *notifier) check(ctx context.Context, ownPID uint32) {
 		default:
 			why = "another node started listening during the check"
 		}
-		n.notifyAll(why)
+		if n.alone {
+			n.s.logger.Debug("postgres: notifying other nodes again", "why", why)
+		}
+		// Whether the posts go to announced queues only is decided above
+		// (the deferred gating).
+		n.sendHeld()
 	}
 }
 
@@ -326,21 +680,68 @@ func (n *notifier) check(ctx context.Context, ownPID uint32) {
 // track_activities is off, or a pooler stands between), or when a session
 // with an application name belongs to another role whose statements this
 // role may not see (unless it has pg_read_all_stats).
-func (s *Store) noOtherListener(ctx context.Context, ownPID uint32) (bool, error) {
+func (s *Store) noOtherListener(ctx context.Context, ownPID uint32) (alone bool, others []uint32, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var own, others, hidden int
-	err := s.pool.QueryRow(ctx, `SELECT
+	var own, hidden int
+	var pids []int32
+	err = s.pool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE pid = $1 AND query = $2),
-			count(*) FILTER (WHERE pid <> $1 AND query = $2),
+			coalesce(array_agg(pid) FILTER (WHERE pid <> $1 AND query = $2), '{}'),
 			count(*) FILTER (WHERE query = '<insufficient privilege>' AND application_name <> '')
 		FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()`,
-		int32(ownPID), listenStatement).Scan(&own, &others, &hidden) //nolint:gosec // a backend pid fits
+		int32(ownPID), listenStatement).Scan(&own, &pids, &hidden) //nolint:gosec // a backend pid fits
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	return own == 1 && others == 0 && hidden == 0, nil
+	for _, p := range pids {
+		others = append(others, uint32(p)) //nolint:gosec // a backend pid is positive
+	}
+	// A session this role may not see, or the own listener not seen:
+	// gated stays off as well (the caller reads others only when alone is
+	// false and the own listener is seen).
+	if own != 1 || hidden != 0 {
+		return false, append(others, 0), nil
+	}
+	return len(others) == 0, others, nil
+}
+
+// sweepInterest drops what has run out: other nodes' interest past its
+// time, kept posts past interestReplay, this node's announcements and
+// waits that no longer count, and (when looked: the check saw the
+// listeners, others) the pids of listeners no longer seen, of those known
+// before the check began (knownBefore; a hello heard during the check may
+// name a listener it did not see yet). n.mu is held.
+func (n *notifier) sweepInterest(now time.Time, others []uint32, knownBefore map[uint32]bool, looked bool) {
+	for id, until := range n.interest {
+		if !now.Before(until) {
+			delete(n.interest, id)
+		}
+	}
+	for id, at := range n.unsent {
+		if now.Sub(at) > n.replay {
+			delete(n.unsent, id)
+		}
+	}
+	for id, at := range n.announced {
+		if now.Sub(at) >= n.ttl {
+			delete(n.announced, id)
+		}
+	}
+	n.waitingNow(now) // drops the waits that have run out
+	if !looked {
+		return
+	}
+	seen := make(map[uint32]bool, len(others))
+	for _, p := range others {
+		seen[p] = true
+	}
+	for p := range knownBefore {
+		if !seen[p] {
+			delete(n.known, p)
+		}
+	}
 }
 
 // Listen holds one dedicated connection (not from the pool: it must stay
@@ -373,12 +774,22 @@ func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
 		listening := false
 		err := s.listenOnce(ctx, fn, &listening, func(pid uint32) {
 			ownPID.Store(pid)
+			s.notify.mu.Lock()
+			s.notify.ownPID = pid
+			// Gate only on the pids of the answers to this hello: one of
+			// them may have missed announcements made while this listener
+			// was away.
+			s.notify.known = nil
+			s.notify.mu.Unlock()
 			select {
 			case kick <- struct{}{}:
 			default:
 			}
 		})
 		ownPID.Store(0)
+		s.notify.mu.Lock()
+		s.notify.ownPID = 0
+		s.notify.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -439,16 +850,24 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool
 	if _, err := conn.Exec(ctx, `LISTEN `+helloChannel); err != nil {
 		return interpretError(err)
 	}
+	if _, err := conn.Exec(ctx, `LISTEN `+waitChannel); err != nil {
+		return interpretError(err)
+	}
 	if _, err := conn.Exec(ctx, listenStatement); err != nil {
 		return interpretError(err)
 	}
 	*listening = true
 	// Tell the other nodes, which may hold their notifications, that this
-	// one listens now; through the pool, so that the listener's last
-	// statement stays listenStatement. Should it fail, their next check
-	// sees this listener.
+	// one listens now, and what this node's polls may be waiting on (a
+	// node whose listener was away meanwhile missed the announcements);
+	// through the pool, so that the listener's last statement stays
+	// listenStatement. Should it fail, their next check sees this listener
+	// (and, not knowing its pid, they send it every post).
+	s.notify.mu.Lock()
+	waiting := s.notify.waitingNow(time.Now())
+	s.notify.mu.Unlock()
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if _, err := s.pool.Exec(hctx, `SELECT pg_notify('`+helloChannel+`', $1)`, s.notify.id); err != nil && ctx.Err() == nil {
+	if err := s.notify.sayHello(hctx, s.notify.helloPayload(uint32(pid)), waiting); err != nil && ctx.Err() == nil { //nolint:gosec // a backend pid is positive
 		s.logger.DebugContext(ctx, "postgres: hello failed; other nodes see this listener at their next check", "err", interpretError(err))
 	}
 	cancel()
@@ -460,6 +879,10 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool
 		}
 		if n.Channel == helloChannel {
 			s.notify.heardHello(n.Payload)
+			continue
+		}
+		if n.Channel == waitChannel {
+			s.notify.heardWaits(n.Payload)
 			continue
 		}
 		for _, id := range strings.Split(n.Payload, ",") {

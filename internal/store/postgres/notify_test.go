@@ -246,3 +246,163 @@ func TestNotifySpacedUnderLoad(t *testing.T) {
 		t.Fatalf("%d NOTIFY statements for %d ids posted in %v, want at most %d (one per %v)", sent, posted, elapsed, limit, notifyGap)
 	}
 }
+
+// waitGated waits until s's notifier sends posts only for announced
+// queues: its check saw only listeners that said hello with their pid.
+func waitGated(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.notify.mu.Lock()
+		gated := s.notify.gated
+		s.notify.mu.Unlock()
+		if gated {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node never sent its posts to announced queues only")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWaitsGateNotifications: with two nodes listening, a node sends no
+// NOTIFY for a queue no poll of the other waits on; once the other
+// announces a wait on it, the post kept meanwhile reaches it, and so do
+// the later ones.
+func TestWaitsGateNotifications(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	b := openURL(t, url)
+	listen(t, a)
+	heard := listen(t, b)
+	ws, prod, q := setupQueue(t, a, 5)
+	waitGated(t, a)
+	before := a.notify.sent.Load()
+	cycle(t, a, a, ws, prod, q, 1)
+	if sent := a.notify.sent.Load() - before; sent != 0 {
+		t.Fatalf("a sent %d NOTIFY statements for a queue nobody waits on, want none", sent)
+	}
+	for len(heard) > 0 {
+		<-heard
+	}
+
+	// b is about to wait on q: it says so, and hears the post a kept.
+	announced, err := b.WaitAnnounce(t.Context(), q)
+	if err != nil || !announced {
+		t.Fatalf("WaitAnnounce: %v, %v; want an announcement", announced, err)
+	}
+	expectHeard(t, heard, q, "the post a kept before b's announcement")
+	if again, err := b.WaitAnnounce(t.Context(), q); err != nil || again {
+		t.Fatalf("WaitAnnounce again at once: %v, %v; want no second announcement", again, err)
+	}
+
+	// a's next changes of q go out at once.
+	cycle(t, a, a, ws, prod, q, 2)
+	expectHeard(t, heard, q, "a change after b's announcement")
+}
+
+// expectHeard waits up to 5 s for want on heard.
+func expectHeard(t *testing.T, heard <-chan string, want, what string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case id := <-heard:
+			if id == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("never heard %s", what)
+		}
+	}
+}
+
+// TestWaitsAnnouncedAgainToNewNode: a node that starts listening hears the
+// queues the other node's polls wait on (the answer to its hello), and
+// sends them its changes once it gates its posts.
+func TestWaitsAnnouncedAgainToNewNode(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	b := openURL(t, url)
+	heard := listen(t, b)
+	ws, prod, q := setupQueue(t, b, 5)
+	waitAlone(t, b)
+	// Alone, b announces nothing but remembers the wait.
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || announced {
+		t.Fatalf("WaitAnnounce alone: %v, %v; want no announcement", announced, err)
+	}
+	a := openURL(t, url)
+	listen(t, a)
+	waitGated(t, a)
+	for len(heard) > 0 {
+		<-heard
+	}
+	cycle(t, a, a, ws, prod, q, 1)
+	expectHeard(t, heard, q, "a's change of the queue b waited on before a listened")
+}
+
+// TestWaitsRefreshedInBackground: a node announces a queue again after
+// interestResend without making its poll look again (what it said before
+// still holds), and the other node's interest is extended.
+func TestWaitsRefreshedInBackground(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	b := openURL(t, url)
+	listen(t, a)
+	listen(t, b)
+	waitGated(t, a)
+	b.notify.mu.Lock()
+	b.notify.resend = 50 * time.Millisecond
+	b.notify.mu.Unlock()
+	q := bus.NewID(bus.PrefixConnection)
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || !announced {
+		t.Fatalf("first WaitAnnounce: %v, %v; want an announcement", announced, err)
+	}
+	until := func() time.Time {
+		a.notify.mu.Lock()
+		defer a.notify.mu.Unlock()
+		return a.notify.interest[q]
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for until().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("a never heard b's announcement")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := until()
+	time.Sleep(100 * time.Millisecond)
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || announced {
+		t.Fatalf("WaitAnnounce after resend: %v, %v; want a refresh in the background", announced, err)
+	}
+	for !until().After(first) {
+		if time.Now().After(deadline) {
+			t.Fatal("a's interest in the queue was never extended by b's refresh")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWaitsSaidWithHello: a node's hello carries the queues its polls may
+// be waiting on, so a node that listened while this one's listener was
+// away (and missed its announcement) still sends it their changes.
+func TestWaitsSaidWithHello(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	b := openURL(t, url)
+	q := bus.NewID(bus.PrefixConnection)
+	// b's poll announces its wait while nobody listens: nobody hears it.
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || !announced {
+		t.Fatalf("WaitAnnounce: %v, %v; want an announcement", announced, err)
+	}
+	a := openURL(t, url)
+	listen(t, a)
+	waitAlone(t, a) // a listens before b does: b hears no hello to answer
+	heard := listen(t, b)
+	waitGated(t, a)
+	a.notify.post([]string{q})
+	expectHeard(t, heard, q, "a's post of the queue b's hello said it waits on")
+}

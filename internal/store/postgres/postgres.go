@@ -50,7 +50,9 @@
 // When the node cannot tell (no Listen running, its own listener down or
 // not seen in pg_stat_activity, the check failing, or a session of another
 // role whose statements its role may not see), it notifies every change,
-// as before.
+// as before. With other nodes listening, a queue's changes are notified
+// only to nodes whose polls said, on sombus_waiting, that they wait on it
+// (WaitAnnounce, notify.go).
 //
 // Queue counts: each queue's messages and dead letters are counted by
 // triggers into counter rows (queue_counts, migration 0008), one row per
