@@ -31,15 +31,18 @@ const helloChannel = "sombus_listeners"
 // (see notifier): "<node id>,<queue id>,…".
 const waitChannel = "sombus_waiting"
 
-// The timings of the wait announcements (see notifier): a node says a
-// queue's wait again at most every interestResend, what a node heard holds
-// for interestTTL, a post of a queue nobody waits on is kept for
-// interestReplay (the longest an announcement may take to arrive), and a
-// poll waits at most maxPollWait.
+// The timings of the wait announcements (see notifier): what a node heard
+// holds for interestTTL; a node's checks say a queue's wait again once its
+// last announcement of it is interestRenew old while its polls still wait
+// on it; a poll waits for an announcement of its own only when no earlier
+// one holds past its longest wait (maxPollWait, with pollSlack to spare);
+// a post of a queue nobody waits on is kept for interestReplay (the
+// longest an announcement may take to arrive).
 const (
 	maxPollWait    = 20 * time.Second
-	interestResend = 5 * time.Second
-	interestTTL    = time.Minute
+	pollSlack      = 5 * time.Second
+	interestRenew  = time.Minute
+	interestTTL    = 2 * time.Minute
 	interestReplay = 10 * time.Second
 )
 
@@ -129,11 +132,12 @@ type execer interface {
 //
 // With other nodes listening, a queue's wake-ups go only to nodes that
 // wait on it. A node whose poll is about to wait on a queue says so on
-// waitChannel (waitAnnounce, at most every interestResend a queue) and
+// waitChannel (waitAnnounce, again once interestRenew old) and
 // looks at the queue once more after that notification committed; the
 // other nodes keep what they heard for interestTTL and send that queue's
-// posts. While what it said still holds for longer than a poll's longest
-// wait, it says it again in the background, without the second look. A
+// posts. While its polls keep waiting on the queue, its checks say it
+// again in the background before that runs out, so re-issued polls
+// neither wait for an announcement nor look twice. A
 // post of a queue no node waits on is kept (unsent) for
 // interestReplay: if a node's announcement of it arrives meanwhile, the
 // post is sent then. So a change committed after the waiting node's last
@@ -176,10 +180,10 @@ type notifier struct {
 	unsent    map[string]time.Time
 	wanted    map[string]time.Time
 	announced map[string]time.Time
-	// ttl, resend and replay are interestTTL, interestResend and
+	// ttl, renew and replay are interestTTL, interestRenew and
 	// interestReplay (tests shorten them).
-	ttl, resend, replay time.Duration
-	announces           *gatherer[announceCall]
+	ttl, renew, replay time.Duration
+	announces          *gatherer[announceCall]
 	// refresh: queues to announce again in the background (sendRefreshes,
 	// running while refreshing).
 	refresh    map[string]struct{}
@@ -305,7 +309,7 @@ func sendNotify(ctx context.Context, q execer, ids []string) (int, error) {
 func newNotifier(s *Store) *notifier {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &notifier{s: s, id: hex.EncodeToString(b[:]), ttl: interestTTL, resend: interestResend, replay: interestReplay,
+	return &notifier{s: s, id: hex.EncodeToString(b[:]), ttl: interestTTL, renew: interestRenew, replay: interestReplay,
 		announces: &gatherer[announceCall]{inFlight: 1, maxSize: announceMax, maxCall: 1}}
 }
 
@@ -385,7 +389,7 @@ func (n *notifier) heardHello(payload string) {
 func (n *notifier) waitingNow(now time.Time) []string {
 	var ids []string
 	for id, at := range n.wanted {
-		if now.Sub(at) < maxPollWait+n.resend {
+		if now.Sub(at) < maxPollWait+pollSlack {
 			ids = append(ids, id)
 		} else {
 			delete(n.wanted, id)
@@ -478,9 +482,12 @@ type announceCall struct {
 const announceMax = 200
 
 // waitAnnounce is called before a poll of this node waits on queueID. It
-// says so to the other nodes unless it did for that queue less than
-// resend ago, and reports whether it did: the caller then looks at the
-// queue once more before it waits (see notifier). A node alone says
+// says so to the other nodes, unless an earlier announcement of the queue
+// holds past the poll's wait, and reports whether it did: it waited for
+// the announcement to commit, and the caller looks at the queue once more
+// (see notifier). The checks renew the announcements of the queues polls
+// keep waiting on (renewWaits), so a poll re-issued on the same queue
+// finds its announcement holding. A node alone says
 // nothing (no node would hear it), only remembers the queue for a node
 // that starts listening.
 func (n *notifier) waitAnnounce(ctx context.Context, queueID string) (bool, error) {
@@ -494,19 +501,9 @@ func (n *notifier) waitAnnounce(ctx context.Context, queueID string) (bool, erro
 	n.wanted[queueID] = now
 	at, ok := n.announced[queueID]
 	age := now.Sub(at)
-	switch {
-	case n.alone || ok && age < n.resend:
-		n.mu.Unlock()
-		return false, nil
-	case ok && age < n.ttl-maxPollWait-n.resend:
-		// What the other nodes heard still holds past this poll's wait
-		// (refreshes that fail forget the time, see sendRefreshes).
-		n.announced[queueID] = now
-		if n.refresh == nil {
-			n.refresh = map[string]struct{}{}
-		}
-		n.refresh[queueID] = struct{}{}
-		n.startRefreshes()
+	if n.alone || ok && age < n.ttl-maxPollWait-pollSlack {
+		// What the other nodes heard holds past this poll's wait (the
+		// checks renew it in the background, renewWaits).
 		n.mu.Unlock()
 		return false, nil
 	}
@@ -523,6 +520,28 @@ func (n *notifier) waitAnnounce(ctx context.Context, queueID string) (bool, erro
 	n.announced[queueID] = now
 	n.mu.Unlock()
 	return true, nil
+}
+
+// renewWaits queues in the background the announcements of the queues this
+// node's polls may still be waiting on once they are n.renew old (the
+// check calls it every second, so renewals spread over time rather than
+// come with a wave of re-issued polls). n.mu is held.
+func (n *notifier) renewWaits(now time.Time) {
+	if n.alone || n.closed {
+		return
+	}
+	for _, id := range n.waitingNow(now) {
+		if at, ok := n.announced[id]; ok && now.Sub(at) >= n.renew {
+			n.announced[id] = now
+			if n.refresh == nil {
+				n.refresh = map[string]struct{}{}
+			}
+			n.refresh[id] = struct{}{}
+		}
+	}
+	if len(n.refresh) > 0 {
+		n.startRefreshes()
+	}
 }
 
 // startRefreshes starts sendRefreshes unless it runs (the refreshes go
@@ -625,6 +644,7 @@ func (n *notifier) check(ctx context.Context, ownPID uint32) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.sweepInterest(time.Now(), others, knownBefore, err == nil && ownPID != 0)
+	defer n.renewWaits(time.Now()) // after the switch, which may end alone
 	gated := err == nil && ownPID != 0 && !alone
 	for _, pid := range others {
 		gated = gated && n.known[pid]

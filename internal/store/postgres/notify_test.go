@@ -343,9 +343,10 @@ func TestWaitsAnnouncedAgainToNewNode(t *testing.T) {
 	expectHeard(t, heard, q, "a's change of the queue b waited on before a listened")
 }
 
-// TestWaitsRefreshedInBackground: a node announces a queue again after
-// interestResend without making its poll look again (what it said before
-// still holds), and the other node's interest is extended.
+// TestWaitsRefreshedInBackground: a poll on a queue whose announcement
+// holds waits without announcing again, and the node's checks renew the
+// announcement in the background once it is interestRenew old: the other
+// node's interest is extended.
 func TestWaitsRefreshedInBackground(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Database(t)
@@ -355,7 +356,7 @@ func TestWaitsRefreshedInBackground(t *testing.T) {
 	listen(t, b)
 	waitGated(t, a)
 	b.notify.mu.Lock()
-	b.notify.resend = 50 * time.Millisecond
+	b.notify.renew = 50 * time.Millisecond
 	b.notify.mu.Unlock()
 	q := bus.NewID(bus.PrefixConnection)
 	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || !announced {
@@ -376,7 +377,7 @@ func TestWaitsRefreshedInBackground(t *testing.T) {
 	first := until()
 	time.Sleep(100 * time.Millisecond)
 	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || announced {
-		t.Fatalf("WaitAnnounce after resend: %v, %v; want a refresh in the background", announced, err)
+		t.Fatalf("WaitAnnounce while the announcement holds: %v, %v; want none (the checks renew it)", announced, err)
 	}
 	for !until().After(first) {
 		if time.Now().After(deadline) {
