@@ -16,16 +16,23 @@ import (
 // other listener.
 func waitAlone(t *testing.T, s *Store) {
 	t.Helper()
+	waitNotifier(t, s, "the node never found itself alone on its database", func(n *notifier) bool { return n.alone })
+}
+
+// waitNotifier waits up to 10 s for cond of s's notifier (read under its
+// lock), failing with what.
+func waitNotifier(t *testing.T, s *Store, what string, cond func(n *notifier) bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.notify.mu.Lock()
-		alone := s.notify.alone
+		ok := cond(s.notify)
 		s.notify.mu.Unlock()
-		if alone {
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the node never found itself alone on its database")
+			t.Fatal(what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -251,19 +258,7 @@ func TestNotifySpacedUnderLoad(t *testing.T) {
 // queues: its check saw only listeners that said hello with their pid.
 func waitGated(t *testing.T, s *Store) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.notify.mu.Lock()
-		gated := s.notify.gated
-		s.notify.mu.Unlock()
-		if gated {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the node never sent its posts to announced queues only")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNotifier(t, s, "the node never sent its posts to announced queues only", func(n *notifier) bool { return n.gated })
 }
 
 // TestWaitsGateNotifications: with two nodes listening, a node sends no
