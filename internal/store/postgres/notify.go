@@ -184,9 +184,12 @@ type notifier struct {
 	// interestReplay (tests shorten them).
 	ttl, renew, replay time.Duration
 	announces          *gatherer[announceCall]
-	// refresh: queues to announce again in the background (sendRefreshes,
-	// running while refreshing).
-	refresh    map[string]struct{}
+	// refresh: queues to announce again in the background, with when
+	// they were queued (sendRefreshes, running while refreshing);
+	// renewing: those being sent. announced takes the queued time only
+	// once the renewal committed.
+	refresh    map[string]time.Time
+	renewing   map[string]bool
 	refreshing bool
 
 	// lastSend is when the latest send began; only the sender goroutine
@@ -380,8 +383,22 @@ func (n *notifier) heardHello(payload string) {
 	// listened: answer, and say again what this node's polls wait on.
 	if n.ownPID != 0 && !n.closed {
 		n.wg.Add(1)
-		go n.answerHello(n.ownPID, n.waitingNow(time.Now()))
+		go n.answerHello(n.ownPID, n.mayWait(time.Now()))
 	}
+}
+
+// mayWait lists the queues a poll of this node may be waiting on, or may
+// wait on without announcing it (an announcement of it holds past such a
+// poll's wait): what a node that starts listening must hear, having
+// missed the announcements. n.mu is held.
+func (n *notifier) mayWait(now time.Time) []string {
+	ids := n.waitingNow(now)
+	for id, at := range n.announced {
+		if _, waiting := n.wanted[id]; !waiting && now.Sub(at) < n.ttl-maxPollWait-pollSlack {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // waitingNow lists the queues a poll of this node may still wait on at
@@ -493,10 +510,13 @@ const announceMax = 200
 func (n *notifier) waitAnnounce(ctx context.Context, queueID string) (bool, error) {
 	now := time.Now()
 	n.mu.Lock()
-	if n.wanted == nil || len(n.wanted) >= maxIdleQueues {
-		// Swept by the checks; without them (no Listen) bounded here.
+	if n.wanted == nil {
 		n.wanted = map[string]time.Time{}
-		n.announced = nil
+	}
+	if len(n.wanted) >= maxIdleQueues || len(n.announced) >= maxIdleQueues {
+		// Swept by the checks; without them (no Listen) bounded here.
+		clear(n.wanted)
+		clear(n.announced)
 	}
 	n.wanted[queueID] = now
 	at, ok := n.announced[queueID]
@@ -531,12 +551,14 @@ func (n *notifier) renewWaits(now time.Time) {
 		return
 	}
 	for _, id := range n.waitingNow(now) {
+		if _, queued := n.refresh[id]; queued || n.renewing[id] {
+			continue
+		}
 		if at, ok := n.announced[id]; ok && now.Sub(at) >= n.renew {
-			n.announced[id] = now
 			if n.refresh == nil {
-				n.refresh = map[string]struct{}{}
+				n.refresh = map[string]time.Time{}
 			}
-			n.refresh[id] = struct{}{}
+			n.refresh[id] = now
 		}
 	}
 	if len(n.refresh) > 0 {
@@ -565,25 +587,34 @@ func (n *notifier) sendRefreshes() {
 			n.mu.Unlock()
 			return
 		}
-		ids := make([]string, 0, len(n.refresh))
-		for id := range n.refresh {
-			ids = append(ids, id)
-		}
+		batch := n.refresh
 		n.refresh = nil
+		if n.renewing == nil {
+			n.renewing = map[string]bool{}
+		}
+		ids := make([]string, 0, len(batch))
+		for id := range batch {
+			ids = append(ids, id)
+			n.renewing[id] = true
+		}
 		n.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := n.sendWaits(ctx, ids); err != nil {
-			// What was said before still holds past the waits of the polls
-			// that asked; the next poll of these queues announces anew and
-			// looks again.
-			n.s.logger.Warn("postgres: announcing waiting polls again failed", "err", interpretError(err))
-			n.mu.Lock()
-			for _, id := range ids {
-				delete(n.announced, id)
-			}
-			n.mu.Unlock()
-		}
+		err := n.sendWaits(ctx, ids)
 		cancel()
+		if err != nil {
+			// What was said before still holds past the waits of the polls
+			// that relied on it; once it is too old the next poll of the
+			// queue announces anew and looks again.
+			n.s.logger.Warn("postgres: announcing waiting polls again failed", "err", interpretError(err))
+		}
+		n.mu.Lock()
+		for id, at := range batch {
+			delete(n.renewing, id)
+			if err == nil && at.After(n.announced[id]) {
+				n.announced[id] = at
+			}
+		}
+		n.mu.Unlock()
 	}
 }
 
@@ -884,7 +915,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string), listening *bool
 	// listenStatement. Should it fail, their next check sees this listener
 	// (and, not knowing its pid, they send it every post).
 	s.notify.mu.Lock()
-	waiting := s.notify.waitingNow(time.Now())
+	waiting := s.notify.mayWait(time.Now())
 	s.notify.mu.Unlock()
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := s.notify.sayHello(hctx, s.notify.helloPayload(uint32(pid)), waiting); err != nil && ctx.Err() == nil { //nolint:gosec // a backend pid is positive

@@ -402,3 +402,38 @@ func TestWaitsSaidWithHello(t *testing.T) {
 	a.notify.post([]string{q})
 	expectHeard(t, heard, q, "a's post of the queue b's hello said it waits on")
 }
+
+// TestWaitsHeldAnnouncementsToNewNode: a node answers a new node's hello
+// with the queues whose announcement its polls may still rely on, not
+// only those polled in the last seconds: a poll that comes back after a
+// pause waits without announcing again, and the new node must send it the
+// queue's changes.
+func TestWaitsHeldAnnouncementsToNewNode(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	a := openURL(t, url)
+	b := openURL(t, url)
+	listen(t, a)
+	heard := listen(t, b)
+	waitGated(t, b)
+	q := bus.NewID(bus.PrefixConnection)
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || !announced {
+		t.Fatalf("WaitAnnounce: %v, %v; want an announcement", announced, err)
+	}
+	// The poll's last look is long past (its client paused); its
+	// announcement still holds.
+	b.notify.mu.Lock()
+	b.notify.wanted = nil
+	b.notify.mu.Unlock()
+	c := openURL(t, url)
+	listen(t, c)
+	waitGated(t, c)
+	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || announced {
+		t.Fatalf("WaitAnnounce after the pause: %v, %v; want none (the announcement holds)", announced, err)
+	}
+	for len(heard) > 0 {
+		<-heard
+	}
+	c.notify.post([]string{q})
+	expectHeard(t, heard, q, "the new node's post of a queue b announced before it listened")
+}
