@@ -144,8 +144,9 @@ type execer interface {
 // look reaches it: either the poster had heard the announcement when it
 // posted, or it hears it later and sends the kept post (the announcement
 // committed before that look, so before the change and its post). A node
-// that starts listening says hello; the others answer with their own
-// (hello-reply) and announce again every queue their polls wait on.
+// that starts listening says hello, in one transaction with every queue
+// its polls may rely on (mayWait); the others answer the same way, their
+// hello marked as an answer.
 // The posts go only where announced when every other listener seen in
 // the check said hello with its backend pid (gated): a listener of an
 // earlier version, which never announces, gets every post as before.
