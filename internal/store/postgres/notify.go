@@ -433,7 +433,10 @@ func (n *notifier) answerHello(pid uint32, ids []string) {
 // this node's polls may be waiting on) on waitChannel, in one statement:
 // one transaction, whose notifications arrive in order, so a node that
 // learns this listener's pid from the hello (and may then send only
-// announced queues to it) has heard the announcements first.
+// announced queues to it) has heard the announcements first. With hello
+// empty it only announces (sendWaits). The commit does not wait for a WAL
+// flush: only the order of the notifications matters (each commits before
+// its poll looks again), not their durability.
 func (n *notifier) sayHello(ctx context.Context, hello string, ids []string) error {
 	sort.Strings(ids)
 	var b strings.Builder
@@ -443,8 +446,13 @@ func (n *notifier) sayHello(ctx context.Context, hello string, ids []string) err
 		args = append(args, n.id+","+p)
 		fmt.Fprintf(&b, `, pg_notify('%s', $%d)`, waitChannel, len(args))
 	}
-	args = append(args, hello)
-	fmt.Fprintf(&b, `, pg_notify('%s', $%d)`, helloChannel, len(args))
+	if hello != "" {
+		args = append(args, hello)
+		fmt.Fprintf(&b, `, pg_notify('%s', $%d)`, helloChannel, len(args))
+	}
+	if len(args) == 0 {
+		return nil
+	}
 	_, err := n.s.pool.Exec(ctx, b.String(), args...)
 	return err
 }
@@ -637,17 +645,10 @@ func (n *notifier) runAnnounces(calls []*announceCall) {
 	}
 }
 
-// sendWaits announces ids on waitChannel, in as many notifications as
-// they need. Their commits do not wait for a WAL flush: only their order
-// matters (each commits before its poll looks again), not their
-// durability.
+// sendWaits announces ids on waitChannel (sayHello without a hello).
 func (n *notifier) sendWaits(ctx context.Context, ids []string) error {
-	sort.Strings(ids)
-	for _, p := range payloads(ids) {
-		if _, err := n.s.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify('`+waitChannel+`', $1)`,
-			n.id+","+p); err != nil {
-			return fmt.Errorf("announce waits: %w", err)
-		}
+	if err := n.sayHello(ctx, "", ids); err != nil {
+		return fmt.Errorf("announce waits: %w", err)
 	}
 	return nil
 }

@@ -261,19 +261,28 @@ func waitGated(t *testing.T, s *Store) {
 	waitNotifier(t, s, "the node never sent its posts to announced queues only", func(n *notifier) bool { return n.gated })
 }
 
+// gatedPair opens two nodes listening on a database of their own and
+// waits until each sends its posts to announced queues only; heard is
+// what b's listener hears.
+func gatedPair(t *testing.T) (url string, a, b *Store, heard <-chan string) {
+	t.Helper()
+	url = pgtest.Database(t)
+	a, b = openURL(t, url), openURL(t, url)
+	listen(t, a)
+	heard = listen(t, b)
+	waitGated(t, a)
+	waitGated(t, b)
+	return url, a, b, heard
+}
+
 // TestWaitsGateNotifications: with two nodes listening, a node sends no
 // NOTIFY for a queue no poll of the other waits on; once the other
 // announces a wait on it, the post kept meanwhile reaches it, and so do
 // the later ones.
 func TestWaitsGateNotifications(t *testing.T) {
 	t.Parallel()
-	url := pgtest.Database(t)
-	a := openURL(t, url)
-	b := openURL(t, url)
-	listen(t, a)
-	heard := listen(t, b)
+	_, a, b, heard := gatedPair(t)
 	ws, prod, q := setupQueue(t, a, 5)
-	waitGated(t, a)
 	before := a.notify.sent.Load()
 	cycle(t, a, a, ws, prod, q, 1)
 	if sent := a.notify.sent.Load() - before; sent != 0 {
@@ -344,12 +353,7 @@ func TestWaitsAnnouncedAgainToNewNode(t *testing.T) {
 // node's interest is extended.
 func TestWaitsRefreshedInBackground(t *testing.T) {
 	t.Parallel()
-	url := pgtest.Database(t)
-	a := openURL(t, url)
-	b := openURL(t, url)
-	listen(t, a)
-	listen(t, b)
-	waitGated(t, a)
+	_, a, b, _ := gatedPair(t)
 	b.notify.mu.Lock()
 	b.notify.renew = 50 * time.Millisecond
 	b.notify.mu.Unlock()
@@ -410,12 +414,7 @@ func TestWaitsSaidWithHello(t *testing.T) {
 // queue's changes.
 func TestWaitsHeldAnnouncementsToNewNode(t *testing.T) {
 	t.Parallel()
-	url := pgtest.Database(t)
-	a := openURL(t, url)
-	b := openURL(t, url)
-	listen(t, a)
-	heard := listen(t, b)
-	waitGated(t, b)
+	url, _, b, heard := gatedPair(t)
 	q := bus.NewID(bus.PrefixConnection)
 	if announced, err := b.WaitAnnounce(t.Context(), q); err != nil || !announced {
 		t.Fatalf("WaitAnnounce: %v, %v; want an announcement", announced, err)
