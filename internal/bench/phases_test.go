@@ -12,6 +12,11 @@ package bench
 //   - drain: b.N messages published beforehand (untimed), then taken by 8
 //     receivers, up to 10 at a time, each batch acknowledged before the
 //     next receive.
+//   - drain-queues (sombus only): the drain over 4 consumer connections,
+//     each subscribed to every message (b.N/4 published, b.N queued in
+//     all; b.N rounded up to a multiple of 4), 2 of the 8 receivers on
+//     each queue: a node serving several queues at once, where the
+//     database's CPU, not one queue's chain of runs, bounds the rate.
 //
 // Systems:
 //
@@ -70,15 +75,18 @@ const (
 	phReceivers  = 8   // concurrent receivers
 	phBatch      = 100 // messages per batch publish
 	phTake       = 10  // messages per receive
+	phQueues     = 4   // consumer connections of drain-queues
 )
 
 // phPayload is the 1 KiB payload of every message.
 var phPayload = []byte(strings.Repeat("x", mpPayload))
 
 func BenchmarkPostgresPhases(b *testing.B) {
-	for _, phase := range []string{"single", "batch", "drain"} {
+	for _, phase := range []string{"single", "batch", "drain", "drain-queues"} {
 		b.Run("phase="+phase, func(b *testing.B) {
-			b.Run("system=plain", func(b *testing.B) { plainPhase(b, phase, false) })
+			if phase != "drain-queues" {
+				b.Run("system=plain", func(b *testing.B) { plainPhase(b, phase, false) })
+			}
 			if phase == "drain" {
 				b.Run("system=plain-delete", func(b *testing.B) { plainPhase(b, phase, true) })
 			}
@@ -86,7 +94,14 @@ func BenchmarkPostgresPhases(b *testing.B) {
 				b.Run(fmt.Sprintf("system=sombus/nodes=%d", n), func(b *testing.B) {
 					url := pgtest.URL(b)
 					nodes, p := mpNodes(b, url, n)
-					sombusPhase(b, phase, url, nodes, p)
+					pairs := []*servertest.Pair{p}
+					if phase == "drain-queues" {
+						u := map[string]any{"quota_tier": "unlimited"}
+						for range phQueues - 1 {
+							pairs = append(pairs, nodes[0].AddConsumer(p, u))
+						}
+					}
+					sombusPhase(b, phase, url, nodes, pairs)
 				})
 			}
 		})
@@ -286,8 +301,14 @@ func scanPlain(rows interface {
 
 // --- sombus -----------------------------------------------------------
 
-func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *servertest.Pair) {
+func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, pairs []*servertest.Pair) {
+	p := pairs[0]
 	total := int64(b.N)
+	published := total // every message goes to each pair's queue
+	if phase == "drain-queues" {
+		published = (total + int64(len(pairs)) - 1) / int64(len(pairs))
+		total = published * int64(len(pairs))
+	}
 	var next, msgID atomic.Int64
 	env := func(i int64) map[string]any {
 		return servertest.Envelope(fmt.Sprintf("ph-%d", msgID.Add(1)), fmt.Sprintf("story-%d", i%mpStories),
@@ -298,11 +319,11 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		return phWork(phPublishers, func(ctx context.Context, w int) (bool, error) {
 			end := next.Add(phBatch)
 			start := end - phBatch
-			if start >= total {
+			if start >= published {
 				return false, nil
 			}
 			envs := make([]any, 0, phBatch)
-			for i := start; i < min(end, total); i++ {
+			for i := start; i < min(end, published); i++ {
 				envs = append(envs, env(i))
 			}
 			r, err := nodes[w%len(nodes)].Try(ctx, "POST", batchPath, p.ProducerTok, map[string]any{"messages": envs})
@@ -336,7 +357,7 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		stopProfile = profileTimed(b)
 		b.ResetTimer()
 		err = publishBatches()
-	case "drain":
+	case "drain", "drain-queues":
 		b.StopTimer()
 		if err := publishBatches(); err != nil {
 			b.Fatal(err)
@@ -346,12 +367,16 @@ func sombusPhase(b *testing.B, phase, url string, nodes []*servertest.Node, p *s
 		b.StartTimer()
 		b.ResetTimer()
 		var acked atomic.Int64
-		query := fmt.Sprintf("%s?max=%d&wait=1", p.MessagesPath(), phTake)
 		err = phWork(phReceivers, func(ctx context.Context, w int) (bool, error) {
 			if acked.Load() >= total {
 				return false, nil
 			}
-			n := nodes[w%len(nodes)]
+			// Receiver w reads queue w % len(pairs) through node
+			// w / len(pairs) % len(nodes): each queue is read through
+			// every node.
+			p := pairs[w%len(pairs)]
+			n := nodes[w/len(pairs)%len(nodes)]
+			query := fmt.Sprintf("%s?max=%d&wait=1", p.MessagesPath(), phTake)
 			r, err := n.Try(ctx, "GET", query, p.ConsumTok, nil)
 			if err != nil {
 				return false, err
