@@ -123,7 +123,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 	b.Queue(quickAckSQL, sids, seqs, nonces, p.QueueID, now)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
-	live := map[int64]*liveStory{}
+	live := make(map[int64]liveStory, n)
 	w := &waker{}
 	var ready map[int64]bool
 	err = func() error {
@@ -136,14 +136,14 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		if err != nil {
 			return err
 		}
+		var id int64 // shared by the rows: no allocation a row
+		var st liveStory
 		for rows.Next() {
-			var id int64
-			var st liveStory
 			if err := rows.Scan(&id, &st.head, &st.nonce, &st.receiveCount); err != nil {
 				rows.Close()
 				return err
 			}
-			live[id] = &st
+			live[id] = st
 		}
 		if err := rows.Err(); err != nil {
 			return err
@@ -165,11 +165,11 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 
 	out = make([]bus.SettleResult, n)
 	for i, h := range p.Handles {
-		st := live[h.StoryID]
+		st, isLive := live[h.StoryID]
 		switch {
-		case st != nil && st.head == h.Seq && st.nonce == h.Nonce:
+		case isLive && st.head == h.Seq && st.nonce == h.Nonce:
 			out[i] = bus.SettleResult{OK: true, Woken: ready[h.StoryID]}
-		case st != nil && st.head == h.Seq:
+		case isLive && st.head == h.Seq:
 			out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msgReceived}
 		default:
 			var acked bool

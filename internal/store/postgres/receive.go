@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -128,7 +129,7 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	b.Queue(quickReceiveSQL, p.QueueID, now, max, nonces, visAt)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
-	res, found, exhausted, next, missing, err := scanQuickReceive(br, p.QueueID)
+	res, found, exhausted, next, missing, err := scanQuickReceive(br, p.QueueID, max)
 	if err = endPipeline(conn, br, err); err != nil {
 		if isRetryable(err) {
 			// The database ended it as a deadlock's victim or a
@@ -195,7 +196,7 @@ const quickReceiveGenericPlans = `SELECT set_config('plan_cache_mode', 'force_ge
 // when the statement returned no row (the queue's connection does not
 // exist); missing are the claimed stories whose head the statement's
 // snapshot did not show, whose deliveries are left empty in res.
-func scanQuickReceive(br pgx.BatchResults, queueID string) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
+func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
 	for range 2 { // BEGIN, the plan cache mode
 		if _, err := br.Exec(); err != nil {
 			return nil, false, false, nil, nil, err
@@ -206,33 +207,41 @@ func scanQuickReceive(br pgx.BatchResults, queueID string) (res *bus.ReceiveResu
 		return nil, false, false, nil, nil, err
 	}
 	defer rows.Close()
-	res = &bus.ReceiveResult{}
+	res = &bus.ReceiveResult{Deliveries: make([]bus.Delivery, 0, capacity)}
+	// Nullable columns are read into pgtype values, not pointers: a
+	// pointer target costs an allocation per column and row (about ten
+	// a message), these none; the row's variables are shared by the rows.
+	var (
+		ex                                  bool
+		nxt, id, head, nonce, ord, sid, enq pgtype.Int8
+		receiveCount                        pgtype.Int4
+		mid, mtype, corr, topic, prod       pgtype.Text
+	)
 	for rows.Next() {
 		found = true
-		var c struct {
-			id, head, nonce, ord *int64
-			receiveCount         *int
-		}
-		var sid, enq *int64
 		var d bus.Delivery
-		var mid, mtype, corr, topic, prod *string
-		if err := rows.Scan(&exhausted, &next, &c.id, &c.head, &c.nonce, &c.receiveCount, &c.ord, &sid,
+		if err := rows.Scan(&ex, &nxt, &id, &head, &nonce, &receiveCount, &ord, &sid,
 			&mid, &mtype, &corr, &topic, &prod, &enq, &d.Envelope); err != nil {
 			return nil, false, false, nil, nil, err
 		}
-		if c.id == nil {
+		if !id.Valid {
 			continue // nothing claimed
 		}
-		if sid == nil {
-			missing = append(missing, claimedStory{id: *c.id, head: *c.head, nonce: *c.nonce, receiveCount: *c.receiveCount, ord: *c.ord})
+		if !sid.Valid {
+			missing = append(missing, claimedStory{id: id.Int64, head: head.Int64, nonce: nonce.Int64, receiveCount: int(receiveCount.Int32), ord: ord.Int64})
 			res.Deliveries = append(res.Deliveries, bus.Delivery{}) // filled below
 			continue
 		}
-		d.MessageID, d.MessageType, d.CorrelationID, d.Topic, d.ProducerID = *mid, *mtype, *corr, *topic, *prod
-		d.EnqueuedAt = fromMS(*enq)
-		d.Handle = bus.Handle{QueueID: queueID, StoryID: *c.id, Seq: *c.head, Nonce: *c.nonce}
-		d.ReceiveCount = *c.receiveCount
+		d.MessageID, d.MessageType, d.CorrelationID, d.Topic, d.ProducerID = mid.String, mtype.String, corr.String, topic.String, prod.String
+		d.EnqueuedAt = fromMS(enq.Int64)
+		d.Handle = bus.Handle{QueueID: queueID, StoryID: id.Int64, Seq: head.Int64, Nonce: nonce.Int64}
+		d.ReceiveCount = int(receiveCount.Int32)
 		res.Deliveries = append(res.Deliveries, d)
+	}
+	exhausted = ex
+	if nxt.Valid {
+		v := nxt.Int64
+		next = &v
 	}
 	if err := rows.Err(); err != nil {
 		return nil, false, false, nil, nil, err
