@@ -210,37 +210,40 @@ func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *b
 	res = &bus.ReceiveResult{Deliveries: make([]bus.Delivery, 0, capacity)}
 	// Nullable columns are read into pgtype values, not pointers: a
 	// pointer target costs an allocation per column and row (about ten
-	// a message), these none; the row's variables are shared by the rows.
-	var (
+	// a message), these none; the row's variables, in one struct (one
+	// allocation), are shared by the rows.
+	var r struct {
 		ex                                  bool
 		nxt, id, head, nonce, ord, sid, enq pgtype.Int8
 		receiveCount                        pgtype.Int4
 		mid, mtype, corr, topic, prod       pgtype.Text
-	)
+		env                                 []byte // a new slice each row
+	}
 	for rows.Next() {
 		found = true
-		var d bus.Delivery
-		if err := rows.Scan(&ex, &nxt, &id, &head, &nonce, &receiveCount, &ord, &sid,
-			&mid, &mtype, &corr, &topic, &prod, &enq, &d.Envelope); err != nil {
+		if err := rows.Scan(&r.ex, &r.nxt, &r.id, &r.head, &r.nonce, &r.receiveCount, &r.ord, &r.sid,
+			&r.mid, &r.mtype, &r.corr, &r.topic, &r.prod, &r.enq, &r.env); err != nil {
 			return nil, false, false, nil, nil, err
 		}
-		if !id.Valid {
+		if !r.id.Valid {
 			continue // nothing claimed
 		}
-		if !sid.Valid {
-			missing = append(missing, claimedStory{id: id.Int64, head: head.Int64, nonce: nonce.Int64, receiveCount: int(receiveCount.Int32), ord: ord.Int64})
+		if !r.sid.Valid {
+			missing = append(missing, claimedStory{id: r.id.Int64, head: r.head.Int64, nonce: r.nonce.Int64,
+				receiveCount: int(r.receiveCount.Int32), ord: r.ord.Int64})
 			res.Deliveries = append(res.Deliveries, bus.Delivery{}) // filled below
 			continue
 		}
-		d.MessageID, d.MessageType, d.CorrelationID, d.Topic, d.ProducerID = mid.String, mtype.String, corr.String, topic.String, prod.String
-		d.EnqueuedAt = fromMS(enq.Int64)
-		d.Handle = bus.Handle{QueueID: queueID, StoryID: id.Int64, Seq: head.Int64, Nonce: nonce.Int64}
-		d.ReceiveCount = int(receiveCount.Int32)
-		res.Deliveries = append(res.Deliveries, d)
+		res.Deliveries = append(res.Deliveries, bus.Delivery{
+			Handle:    bus.Handle{QueueID: queueID, StoryID: r.id.Int64, Seq: r.head.Int64, Nonce: r.nonce.Int64},
+			MessageID: r.mid.String, MessageType: r.mtype.String, CorrelationID: r.corr.String,
+			Topic: r.topic.String, ProducerID: r.prod.String, EnqueuedAt: fromMS(r.enq.Int64),
+			ReceiveCount: int(r.receiveCount.Int32), Envelope: r.env,
+		})
 	}
-	exhausted = ex
-	if nxt.Valid {
-		v := nxt.Int64
+	exhausted = r.ex
+	if r.nxt.Valid {
+		v := r.nxt.Int64
 		next = &v
 	}
 	if err := rows.Err(); err != nil {
