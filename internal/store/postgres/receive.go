@@ -207,7 +207,7 @@ func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *b
 		return nil, false, false, nil, nil, err
 	}
 	defer rows.Close()
-	res = &bus.ReceiveResult{Deliveries: make([]bus.Delivery, 0, capacity)}
+	res = &bus.ReceiveResult{}
 	// Nullable columns are read into pgtype values, not pointers: a
 	// pointer target costs an allocation per column and row (about ten
 	// a message), these none; the row's variables, in one struct (one
@@ -227,6 +227,9 @@ func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *b
 		}
 		if !r.id.Valid {
 			continue // nothing claimed
+		}
+		if res.Deliveries == nil { // sized for the claim, once it claimed
+			res.Deliveries = make([]bus.Delivery, 0, capacity)
 		}
 		if !r.sid.Valid {
 			missing = append(missing, claimedStory{id: r.id.Int64, head: r.head.Int64, nonce: r.nonce.Int64,
