@@ -86,7 +86,10 @@ import (
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
-	pool   *pgxpool.Pool
+	pool *pgxpool.Pool
+	// quick is the pool of the quick receive and the quick ack, whose
+	// sessions plan as those statements want (quickPlanSettings).
+	quick  *pgxpool.Pool
 	logger *slog.Logger
 	notify *notifier
 	// routes keeps the compiled routing of recently used workspaces.
@@ -181,14 +184,21 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		}
 		return warmPublish(ctx, conn, logger)
 	}
+	qcfg := quickPoolConfig(cfg, slot)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
-	s := &Store{pool: pool, logger: logger, publishes: newPublishGatherer(),
+	quick, err := pgxpool.NewWithConfig(ctx, qcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
+	}
+	s := &Store{pool: pool, quick: quick, logger: logger, publishes: newPublishGatherer(),
 		receives: newReceiveGatherer(), acks: newAckGatherer(), idleChecks: newIdleGatherer()}
 	s.notify = newNotifier(s)
 	if err := s.migrate(ctx); err != nil {
+		quick.Close()
 		pool.Close()
 		return nil, err
 	}
@@ -205,7 +215,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close waits for pending notifications and background writes, and
-// closes the pool.
+// closes the pools.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.bgMu.Lock()
@@ -213,6 +223,7 @@ func (s *Store) Close() error {
 		s.bgMu.Unlock()
 		s.bg.Wait()
 		s.notify.close()
+		s.quick.Close()
 		s.pool.Close()
 	})
 	return nil

@@ -33,7 +33,8 @@ import (
 // Every part reaches its rows from the handles, one index probe each: v
 // probes stories_pkey for each handle (a LATERAL subquery with LIMIT 1,
 // which the planner cannot flatten into a join of its choosing), the rest
-// join v or nxt by key; quickAckGenericPlans keeps the generic plan on
+// join v or nxt by key; the quick pool's settings (quickPlanSettings) keep
+// the generic plan on
 // those probes whatever the tables' sizes when it is made. (An earlier
 // form also filtered each part by id = ANY($1) to stay on the keys; the
 // generic plans then scanned the whole id list once per row of v or nxt,
@@ -67,28 +68,9 @@ const quickAckSQL = `WITH v AS (
 	FROM nxt WHERE s.id = nxt.story_id AND nxt.seq IS NOT NULL
 	RETURNING s.id, s.queue_id, s.head_seq, s.visible_at`
 
-// quickAckGenericPlans makes the statements of quickAck's transaction run
-// on generic plans from their first execution, made with sequential scans,
-// hash joins and merge joins turned off. Each statement reaches its rows by
-// primary key (stories by id, messages and ack records by their keys)
-// whatever the values, so a plan made for the values is the same plan;
-// without the plan cache mode the server plans every statement again on
-// every execution (auto mode keeps custom plans for these), about 0.1 to
-// 0.3 ms of CPU each, more than most of them take to run. A generic plan
-// is kept for the connection's life (until the tables' statistics change),
-// and one made while the tables were nearly empty (a new database) would
-// hash-join a sequential scan of stories or messages, the cheapest way to
-// read an empty table and the costliest way to read a full one: without
-// those three the only plans left are the index probes per handle. The
-// settings are transaction-local (set_config's third argument), so no
-// other statement on the connection is affected.
-const quickAckGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true)`
-
 // quickAck is MessageAck in one round trip for the usual call: every
 // handle of this queue, each on a different story. One pipeline sends
-// BEGIN, the plan cache mode (quickAckGenericPlans), the lock of the
+// BEGIN, the lock of the
 // stories (as settle takes it), quickAckSQL and COMMIT; the results are
 // then those of ackLocked, from the states locked. The handles that did not acknowledge a live head are
 // judged after the commit against the ack records (only a repeated ack of
@@ -111,14 +93,13 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 	}
 	now := ms(p.Now)
 
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.quick.Acquire(ctx) // quickpool.go
 	if err != nil {
 		return nil, false, err
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(quickAckGenericPlans)
 	b.Queue(lockStoriesSQL, sids, p.QueueID)
 	b.Queue(quickAckSQL, sids, seqs, nonces, p.QueueID, now)
 	b.Queue(`COMMIT`)
@@ -127,10 +108,8 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 	w := &waker{}
 	var ready map[int64]bool
 	err = func() error {
-		for range 2 { // BEGIN, the plan cache mode
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return err
 		}
 		rows, err := br.Query()
 		if err != nil {

@@ -48,14 +48,11 @@ func TestQuickAckPlanLinear(t *testing.T) {
 		sids[i], seqs[i], nonces[i] = d.Handle.StoryID, d.Handle.Seq, d.Handle.Nonce
 	}
 
-	tx, err := s.pool.BeginTx(ctx, txOptions(false))
+	tx, err := s.quick.BeginTx(ctx, txOptions(false)) // its sessions' plan settings
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, quickAckGenericPlans); err != nil {
-		t.Fatal(err)
-	}
 	root := explainGeneric(t, tx, quickAckSQL, fmt.Sprintf("%s, %s, %s, '%s', %d",
 		bigints(sids), bigints(seqs), bigints(nonces), q, ms(now)))
 	if root.ActualRows != n/2 {

@@ -34,14 +34,11 @@ func TestQuickReceivePlanOrdered(t *testing.T) {
 		}
 	}
 
-	tx, err := s.pool.BeginTx(ctx, txOptions(false))
+	tx, err := s.quick.BeginTx(ctx, txOptions(false)) // its sessions' plan settings
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, quickReceiveGenericPlans); err != nil {
-		t.Fatal(err)
-	}
 	nonces := make([]int64, take)
 	for i := range nonces {
 		nonces[i] = newNonce()

@@ -118,14 +118,13 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	for i := range nonces {
 		nonces[i] = newNonce()
 	}
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.quick.Acquire(ctx) // quickpool.go
 	if err != nil {
 		return nil, false, err
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(quickReceiveGenericPlans)
 	b.Queue(quickReceiveSQL, p.QueueID, now, max, nonces, visAt)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
@@ -172,35 +171,14 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	return res, true, nil
 }
 
-// quickReceiveGenericPlans makes quickReceiveSQL run on its generic plan
-// from the first execution, as quickPublishGenericPlans does for the
-// publish: its plan is the same whatever the values (index scans of the
-// queue's stories in order, now hidden from the planner as above), and
-// planning it again on each execution cost more PostgreSQL CPU a message
-// than its run.
-//
-// A generic plan is kept for the connection's life (until the tables'
-// statistics change), and one made on tables never analyzed (a new
-// database, or a connection readied before the first publishes) believed
-// the queue held a few stories: it read every ready story of the queue
-// through a bitmap scan and sorted them to keep the first ones, a receive
-// costing more the longer the queue, until an autovacuum analyze replaced
-// the plan (TestQuickReceivePlanOrdered). Without sequential and bitmap
-// scans the only plans left read stories_ready in order and stop at the
-// limit. The settings are transaction-local, as for the ack.
-const quickReceiveGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
-
 // scanQuickReceive reads the results of quickReceive's pipeline: BEGIN,
-// the plan cache mode, quickReceiveSQL's rows and COMMIT. found is false
+// quickReceiveSQL's rows and COMMIT. found is false
 // when the statement returned no row (the queue's connection does not
 // exist); missing are the claimed stories whose head the statement's
 // snapshot did not show, whose deliveries are left empty in res.
 func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
-	for range 2 { // BEGIN, the plan cache mode
-		if _, err := br.Exec(); err != nil {
-			return nil, false, false, nil, nil, err
-		}
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return nil, false, false, nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
