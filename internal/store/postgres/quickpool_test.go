@@ -41,3 +41,40 @@ func TestQuickPoolConfig(t *testing.T) {
 		}
 	}
 }
+
+// The quick ack sends its lock of the stories and its statement in one
+// pipeline without BEGIN or COMMIT, on the assumption that the statements
+// up to the pipeline's Sync run in one implicit transaction: the locks
+// of the first are held through the second, and the commit is done when
+// the batch is closed. A pipeline of two reads of the transaction id and a
+// check of the transaction's state afterwards hold pgx and the server to
+// it.
+func TestQuickPipelineOneTransaction(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ctx := t.Context()
+	conn, err := s.quick.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_current_xact_id()::text`)
+	b.Queue(`SELECT pg_current_xact_id()::text`)
+	br := conn.SendBatch(ctx, b)
+	var first, second string
+	err = br.QueryRow().Scan(&first)
+	if err == nil {
+		err = br.QueryRow().Scan(&second)
+	}
+	if err = endPipeline(conn, br, err); err != nil {
+		t.Fatal(err)
+	}
+	if first != second {
+		t.Fatalf("the pipeline's statements ran in transactions %s and %s, want one", first, second)
+	}
+	var now string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&now); err != nil || now == first {
+		t.Fatalf("the next statement ran in transaction %s (%v), want a new one after %s", now, err, first)
+	}
+}

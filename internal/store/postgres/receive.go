@@ -123,10 +123,8 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 		return nil, false, err
 	}
 	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b := &pgx.Batch{} // one statement: an implicit transaction (quickAck)
 	b.Queue(quickReceiveSQL, p.QueueID, now, max, nonces, visAt)
-	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	res, found, exhausted, next, missing, err := scanQuickReceive(br, p.QueueID, max)
 	if err = endPipeline(conn, br, err); err != nil {
@@ -171,15 +169,12 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	return res, true, nil
 }
 
-// scanQuickReceive reads the results of quickReceive's pipeline: BEGIN,
-// quickReceiveSQL's rows and COMMIT. found is false
+// scanQuickReceive reads the rows of quickReceive's pipeline (its one
+// statement, quickReceiveSQL); endPipeline reads to its commit. found is false
 // when the statement returned no row (the queue's connection does not
 // exist); missing are the claimed stories whose head the statement's
 // snapshot did not show, whose deliveries are left empty in res.
 func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
-	if _, err := br.Exec(); err != nil { // BEGIN
-		return nil, false, false, nil, nil, err
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, false, false, nil, nil, err
@@ -231,8 +226,7 @@ func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *b
 		return nil, false, false, nil, nil, err
 	}
 	rows.Close()
-	_, err = br.Exec() // COMMIT
-	return res, found, exhausted, next, missing, err
+	return res, found, exhausted, next, missing, nil
 }
 
 // fillHeads reads the head messages of claimed stories that quickReceive's
