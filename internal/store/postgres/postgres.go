@@ -184,7 +184,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		}
 		return warmPublish(ctx, conn, logger)
 	}
-	qcfg := quickPoolConfig(cfg, slot)
+	qcfg := quickPoolConfig(cfg, slot, logger)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))

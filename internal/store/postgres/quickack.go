@@ -138,6 +138,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		s.logger.DebugContext(ctx, "postgres: quick ack failed; running the full ack", "err", err)
 		return nil, false, nil
 	}
+	conn.Release() // the checks below take connections of the main pool
 	s.notify.post(w.list())
 
 	out = make([]bus.SettleResult, n)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -9,35 +10,60 @@ import (
 )
 
 // The quick pool takes a quarter of the node's connections (at least one)
-// out of the main pool's, so pool_max_conns stays the node's total, and
-// its planner settings stay out of the main pool's sessions.
+// out of the main pool's, so pool_max_conns and pool_min_conns stay the
+// node's totals.
 func TestQuickPoolConfig(t *testing.T) {
 	slot := func(context.Context, *pgx.Conn) error { return nil }
-	for _, c := range []struct{ total, quick, main int32 }{
-		{20, 5, 15}, {8, 2, 6}, {4, 1, 3}, {2, 1, 1}, {1, 1, 1},
+	for _, c := range []struct{ total, min, quick, main, quickMin, mainMin int32 }{
+		{20, 0, 5, 15, 0, 0}, {20, 20, 5, 15, 5, 15}, {20, 3, 5, 15, 3, 0}, {8, 8, 2, 6, 2, 6},
+		{4, 2, 1, 3, 1, 1}, {2, 2, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 0},
 	} {
 		cfg, err := pgxpool.ParseConfig("postgres://u@127.0.0.1:5432/db?application_name=x")
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.MaxConns, cfg.MinConns = c.total, c.total
-		q := quickPoolConfig(cfg, slot)
-		if q.MaxConns != c.quick || cfg.MaxConns != c.main {
-			t.Errorf("pool_max_conns %d: quick %d, main %d; want %d and %d", c.total, q.MaxConns, cfg.MaxConns, c.quick, c.main)
-		}
-		if q.MinConns > q.MaxConns || cfg.MinConns > cfg.MaxConns {
-			t.Errorf("pool_max_conns %d: min conns %d and %d above the pools' sizes", c.total, q.MinConns, cfg.MinConns)
-		}
-		for k, v := range quickPlanSettings {
-			if got := q.ConnConfig.RuntimeParams[k]; got != v {
-				t.Errorf("quick pool %s = %q, want %q", k, got, v)
-			}
-			if _, ok := cfg.ConnConfig.RuntimeParams[k]; ok {
-				t.Errorf("the main pool's sessions set %s", k)
-			}
+		cfg.MaxConns, cfg.MinConns = c.total, c.min
+		q := quickPoolConfig(cfg, slot, slog.New(slog.DiscardHandler))
+		if q.MaxConns != c.quick || cfg.MaxConns != c.main || q.MinConns != c.quickMin || cfg.MinConns != c.mainMin {
+			t.Errorf("pool_max_conns %d, pool_min_conns %d: quick %d (min %d), main %d (min %d); want %d (%d) and %d (%d)",
+				c.total, c.min, q.MaxConns, q.MinConns, cfg.MaxConns, cfg.MinConns, c.quick, c.quickMin, c.main, c.mainMin)
 		}
 		if q.ConnConfig.RuntimeParams["application_name"] != "x" || q.AfterConnect == nil {
 			t.Errorf("the quick pool lost the node's runtime parameters or its AfterConnect")
+		}
+	}
+}
+
+// A quick pool connection has the quick settings for its session (READ
+// COMMITTED among them, set by the session whatever the role's or
+// database's default); a main pool connection keeps the server's.
+func TestQuickPoolSessions(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ctx := t.Context()
+	qc, err := s.quick.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qc.Release()
+	mc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Release()
+	for k, v := range quickPlanSettings {
+		var quick, main string
+		if err := qc.QueryRow(ctx, `SELECT current_setting($1)`, k).Scan(&quick); err != nil {
+			t.Fatal(err)
+		}
+		if err := mc.QueryRow(ctx, `SELECT current_setting($1)`, k).Scan(&main); err != nil {
+			t.Fatal(err)
+		}
+		if quick != v {
+			t.Errorf("quick session %s = %q, want %q", k, quick, v)
+		}
+		if main == v && k != "default_transaction_isolation" {
+			t.Errorf("main session %s = %q, want the server's default", k, main)
 		}
 	}
 }
