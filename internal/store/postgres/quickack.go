@@ -33,9 +33,9 @@ import (
 // Every part reaches its rows from the handles, one index probe each: v
 // probes stories_pkey for each handle (a LATERAL subquery with LIMIT 1,
 // which the planner cannot flatten into a join of its choosing), the rest
-// join v or nxt by key; the quick pool's settings (quickPlanSettings) keep
-// the generic plan on
-// those probes whatever the tables' sizes when it is made. (An earlier
+// join v or nxt by key; the quick pool's settings (quickPlanSettings)
+// keep the generic plan on those probes whatever the tables' sizes when
+// it is made. (An earlier
 // form also filtered each part by id = ANY($1) to stay on the keys; the
 // generic plans then scanned the whole id list once per row of v or nxt,
 // n² rows for n handles: a gathered ack of 100 handles cost 80 µs a handle
@@ -100,10 +100,10 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 	defer conn.Release()
 	// No BEGIN or COMMIT: the statements of a pipeline up to its Sync
 	// (one, at its end) run in one implicit transaction, READ COMMITTED
-	// (the server's default, which the store keeps everywhere), committed
-	// at the Sync, before the server says it is ready; endPipeline reads
-	// that far, so the ack is durable before it is answered. Two
-	// statements fewer a run.
+	// (the quick pool's sessions pin it, quickpool.go), committed at the
+	// Sync, before the server says it is ready; endPipeline reads that
+	// far, so the ack is durable before it is answered. Two statements
+	// fewer a run.
 	b := &pgx.Batch{}
 	b.Queue(lockStoriesSQL, sids, p.QueueID)
 	b.Queue(quickAckSQL, sids, seqs, nonces, p.QueueID, now)
