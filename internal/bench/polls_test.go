@@ -126,6 +126,11 @@ type pollResult struct {
 	// With several nodes and a poll per queue: publish → answer when the
 	// publish went through the poll's own node, and through another.
 	SameP50, SameP99, CrossP50, CrossP99 float64 `json:",omitempty"`
+	// The CPU of the publish phase a sample, in µs: the nodes', this
+	// process's (the polls' client and the publishers), and, on a
+	// PostgreSQL store, the database server's (its processes on this
+	// machine, as PostgresPhases reads them).
+	PhaseNodeCPU, PhaseClientCPU, PhaseDBCPU float64 `json:",omitempty"`
 }
 
 // pollNodeResult is one node's share when several run.
@@ -778,6 +783,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	} else {
 		close(traced)
 	}
+	phaseNodes, phaseSelf, phaseDB := sumCPU(pids), processCPU(), pgServerCPU()
 	err = split(4, 4, func(int) error {
 		for {
 			k := int(next.Add(1)) - 1
@@ -821,6 +827,16 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	})
 	if err != nil {
 		t.Errorf("publish → answer: %v", err)
+	}
+	if n := float64(len(lat)); n > 0 {
+		tick := float64(10 * time.Millisecond / time.Microsecond)
+		res.PhaseNodeCPU = float64(sumCPU(pids)-phaseNodes) * tick / n
+		res.PhaseClientCPU = float64(processCPU()-phaseSelf) / 1e3 / n
+		if strings.HasPrefix(os.Getenv("SOMBUS_POLLS_STORE"), "postgres") {
+			res.PhaseDBCPU = float64((pgServerCPU() - phaseDB).Microseconds()) / n
+		}
+		t.Logf("publish phase: CPU a sample %.0f µs in the nodes, %.0f µs in this process, %.0f µs in the database (0: not PostgreSQL)",
+			res.PhaseNodeCPU, res.PhaseClientCPU, res.PhaseDBCPU)
 	}
 	<-traced // the node serves the trace until it is written
 	ms := func(ds []time.Duration, q float64) float64 {
