@@ -10,8 +10,9 @@ import (
 )
 
 // idleQueues remembers the queues whose latest claim on this node took
-// nothing, until a wake-up of the queue (a change committed by this node
-// or heard from another) or a claim that takes something forgets them.
+// nothing, or fewer stories than it asked for (all it saw ready), until a
+// wake-up of the queue (a change committed by this node or heard from
+// another) or a claim that takes as many as it asked for forgets them.
 //
 // It is only a hint of which receive to try first, never an answer: a
 // receive of a remembered queue reads, in one small statement, whether any
@@ -43,7 +44,7 @@ func (h *idleQueues) has(queueID string) bool {
 	return ok
 }
 
-// mark remembers that a claim of queueID took nothing.
+// mark remembers that a claim of queueID took nothing, or all it saw.
 func (h *idleQueues) mark(queueID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -9,8 +9,8 @@ import (
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
 
-// TestIdleQueueCheck: a receive of a queue whose latest claim took nothing
-// is answered by the small check while nothing is visible, and the check
+// TestIdleQueueCheck: a receive of a queue whose latest claim took nothing,
+// or all it saw, is answered by the small check while nothing is visible, and the check
 // never hides a message: not one published by another node whose wake-up
 // this node never heard (no listener here), not a delivery whose
 // visibility ran out; a queue that is gone is not found, as by the claim.
@@ -46,21 +46,18 @@ func TestIdleQueueCheck(t *testing.T) {
 	}
 
 	// Published by a, unheard by b: b's hint is stale, and the check sees it.
+	// The claim took all it saw (one of ten), so the hint stays.
 	publish(a, "m1")
 	if !b.idle.has(q) {
 		t.Fatal("b dropped its hint without hearing anything")
 	}
 	res := recv(b, now)
-	if len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "m1" || b.idle.has(q) {
-		t.Fatalf("after a's publish: %+v, hint %v; want m1, no hint", res.Deliveries, b.idle.has(q))
+	if len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "m1" || !b.idle.has(q) {
+		t.Fatalf("after a's publish: %+v, hint %v; want m1, and the hint (it took all it saw)", res.Deliveries, b.idle.has(q))
 	}
 
 	// In flight: nothing visible until the visibility runs out, which the
-	// check's answer says.
-	res = recv(b, now)
-	if len(res.Deliveries) != 0 || !b.idle.has(q) {
-		t.Fatalf("m1 in flight: %d deliveries, hint %v; want none, the hint", len(res.Deliveries), b.idle.has(q))
-	}
+	// check's answer says, without a claim.
 	res = recv(b, now)
 	if want := now.Add(time.Minute).Truncate(time.Millisecond); len(res.Deliveries) != 0 || !res.NextVisibleAt.Equal(want) || b.idle.answered.Load() != 2 {
 		t.Fatalf("m1 in flight, by the check: %d deliveries, next visible %v (want %v), %d answered by the check (want 2)",
@@ -69,6 +66,21 @@ func TestIdleQueueCheck(t *testing.T) {
 	res = recv(b, now.Add(2*time.Minute))
 	if len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "m1" || res.Deliveries[0].ReceiveCount != 2 {
 		t.Fatalf("after the visibility ran out: %+v; want m1 again, its second receive", res.Deliveries)
+	}
+
+	// A claim that takes as many as it asked for may have left more: no
+	// hint. With a visibility of zero what it took is visible at once: no
+	// hint either.
+	publish(a, "m3")
+	publish(a, "m4")
+	b.idle.forget(q)
+	res, err := b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 1, Visibility: time.Minute, Now: now.Add(2 * time.Minute)})
+	if err != nil || len(res.Deliveries) != 1 || b.idle.has(q) {
+		t.Fatalf("a full claim: %+v, %v, hint %v; want one delivery, no hint", res, err, b.idle.has(q))
+	}
+	res, err = b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: 0, Now: now.Add(2 * time.Minute)})
+	if err != nil || len(res.Deliveries) != 1 || b.idle.has(q) {
+		t.Fatalf("a claim at visibility 0: %+v, %v, hint %v; want one delivery, no hint", res, err, b.idle.has(q))
 	}
 
 	// This node's own wake-up drops its hint.
@@ -91,7 +103,7 @@ func TestIdleQueueCheck(t *testing.T) {
 	// A queue that does not exist is not found, hint or not.
 	gone := bus.NewID(bus.PrefixConnection)
 	b.idle.mark(gone)
-	_, err := b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: gone, Max: 10, Visibility: time.Minute, Now: now})
+	_, err = b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: gone, Max: 10, Visibility: time.Minute, Now: now})
 	if !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("receive of a missing queue with the hint: %v, want ErrNotFound", err)
 	}

@@ -145,6 +145,8 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 		return nil, false, nil
 	}
 	conn.Release() // fillHeads takes a connection of its own
+	// What the claim took; fillHeads may leave some of it out.
+	claimed := len(res.Deliveries)
 	if len(missing) > 0 {
 		if res.Deliveries, err = s.fillHeads(ctx, p.QueueID, res.Deliveries, missing); err != nil {
 			return nil, false, err
@@ -158,12 +160,21 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	if len(res.Deliveries) > 0 && visAt > now && (next == nil || visAt < *next) {
 		res.NextVisibleAt = fromMS(visAt)
 	}
-	if len(res.Deliveries) == 0 {
+	switch {
+	case len(res.Deliveries) == 0:
 		res.Deliveries = nil
-		if max > 0 { // a claim of nothing says nothing of the queue
+		if max > 0 { // a claim of max 0 says nothing of the queue
 			s.idle.mark(p.QueueID)
 		}
-	} else {
+	case claimed < max && visAt > now:
+		// It took every ready story it saw, and those it took are not
+		// visible again before visAt: the next receive most likely finds
+		// nothing. A consumer that takes what came and polls again (the
+		// usual long-poll loop) then costs the gathered check instead of
+		// a claim of nothing. Only a hint (idleQueues): a story skipped
+		// while locked, or made ready since, is seen by the check.
+		s.idle.mark(p.QueueID)
+	default:
 		s.idle.forget(p.QueueID)
 	}
 	return res, true, nil
