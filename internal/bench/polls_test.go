@@ -91,6 +91,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sombus/sombus/internal/server/servertest"
 )
 
@@ -131,6 +133,28 @@ type pollResult struct {
 	// PostgreSQL store, the database server's (its processes on this
 	// machine, as PostgresPhases reads them).
 	PhaseNodeCPU, PhaseClientCPU, PhaseDBCPU float64 `json:",omitempty"`
+	// The store's transactions (commits and rollbacks of its database)
+	// a sample over the publish phase, on PostgreSQL.
+	PhaseDBXacts float64 `json:",omitempty"`
+}
+
+// dbXacts is the number of transactions PostgreSQL has counted for the
+// database of url (pg_stat_database, as of its last report), or -1.
+func dbXacts(ctx context.Context, url string) int64 {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return -1
+	}
+	defer conn.Close(ctx)
+	var n int64
+	// The statistics of this transaction are a snapshot; clear it first.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		return -1
+	}
+	if err := conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // pollNodeResult is one node's share when several run.
@@ -783,6 +807,12 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	} else {
 		close(traced)
 	}
+	storeURL := os.Getenv("SOMBUS_POLLS_STORE")
+	onPG := strings.HasPrefix(storeURL, "postgres")
+	var phaseXacts int64
+	if onPG {
+		phaseXacts = dbXacts(ctx, storeURL)
+	}
 	phaseNodes, phaseSelf, phaseDB := sumCPU(pids), processCPU(), pgServerCPU()
 	err = split(4, 4, func(int) error {
 		for {
@@ -832,11 +862,18 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		tick := float64(10 * time.Millisecond / time.Microsecond)
 		res.PhaseNodeCPU = float64(sumCPU(pids)-phaseNodes) * tick / n
 		res.PhaseClientCPU = float64(processCPU()-phaseSelf) / 1e3 / n
-		if strings.HasPrefix(os.Getenv("SOMBUS_POLLS_STORE"), "postgres") {
+		if onPG {
 			res.PhaseDBCPU = float64((pgServerCPU() - phaseDB).Microseconds()) / n
+			// The statistics reach pg_stat_database when a backend goes
+			// idle, at most every second (PostgreSQL 15's
+			// PGSTAT_MIN_INTERVAL): wait that out.
+			time.Sleep(1100 * time.Millisecond)
+			if x := dbXacts(ctx, storeURL); x >= 0 && phaseXacts >= 0 {
+				res.PhaseDBXacts = float64(x-phaseXacts) / n
+			}
 		}
-		t.Logf("publish phase: CPU a sample %.0f µs in the nodes, %.0f µs in this process, %.0f µs in the database (0: not PostgreSQL)",
-			res.PhaseNodeCPU, res.PhaseClientCPU, res.PhaseDBCPU)
+		t.Logf("publish phase: CPU a sample %.0f µs in the nodes, %.0f µs in this process, %.0f µs in the database (0: not PostgreSQL), %.2f transactions",
+			res.PhaseNodeCPU, res.PhaseClientCPU, res.PhaseDBCPU, res.PhaseDBXacts)
 	}
 	<-traced // the node serves the trace until it is written
 	ms := func(ds []time.Duration, q float64) float64 {
