@@ -10,9 +10,11 @@ import (
 )
 
 // idleQueues remembers the queues whose latest claim on this node took
-// nothing, or fewer stories than it asked for (all it saw ready), until a
-// wake-up of the queue (a change committed by this node or heard from
-// another) or a claim that takes as many as it asked for forgets them.
+// nothing, or fewer stories than it asked for (all it saw ready and
+// unlocked) at a visibility ahead, until a wake-up of the queue (a change
+// committed by this node or heard from another), a claim that takes as
+// many as it asked for or at a visibility of zero, or a check that finds a
+// story visible or the queue gone forgets them.
 //
 // It is only a hint of which receive to try first, never an answer: a
 // receive of a remembered queue reads, in one small statement, whether any
@@ -24,7 +26,9 @@ import (
 // the node's re-issue wave queued the publishes behind it; the checks,
 // gathered (idleChecks), cost it about 9 us a receive. A stale hint (a
 // wake-up that crossed a claim still under way, a change whose wake-up was
-// lost) costs one extra round trip, the check, before the claim.
+// lost or not sent to this node, a story the claim skipped while another
+// transaction held it) costs one extra round trip, the check, before the
+// claim.
 type idleQueues struct {
 	mu sync.Mutex
 	m  map[string]struct{}
@@ -63,7 +67,7 @@ func (h *idleQueues) forget(queueIDs ...string) {
 	}
 }
 
-// idleCheckSQL is what a receive of a queue that had nothing reads first,
+// idleCheckSQL is what a receive of a queue with the hint reads first,
 // for each queue of $1: whether the queue's connection exists (as
 // quickReceiveSQL's lim does) and the earliest visible_at of its stories.
 // When that is later than now (or there is no story), nothing is ready and

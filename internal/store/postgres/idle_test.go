@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 )
@@ -85,7 +87,7 @@ func TestIdleQueueCheck(t *testing.T) {
 
 	// This node's own wake-up drops its hint.
 	if res := recv(a, now); len(res.Deliveries) != 0 || !a.idle.has(q) {
-		t.Fatalf("a, m1 in flight: %d deliveries, hint %v", len(res.Deliveries), a.idle.has(q))
+		t.Fatalf("a, m1, m3 and m4 in flight: %d deliveries, hint %v", len(res.Deliveries), a.idle.has(q))
 	}
 	publish(a, "m2")
 	if a.idle.has(q) {
@@ -106,6 +108,54 @@ func TestIdleQueueCheck(t *testing.T) {
 	_, err = b.MessageReceive(ctx, &bus.ReceiveParams{QueueID: gone, Max: 10, Visibility: time.Minute, Now: now})
 	if !errors.Is(err, bus.ErrNotFound) {
 		t.Fatalf("receive of a missing queue with the hint: %v, want ErrNotFound", err)
+	}
+}
+
+// TestIdleHintSkippedLocked: a claim that skips a ready story another
+// transaction holds took all it saw, so it leaves the hint; once the lock
+// is gone the next receive gets that story, the check having seen it.
+func TestIdleHintSkippedLocked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Database(t)
+	s := openURL(t, url)
+	ws, prod, q := setupQueue(t, s, 5)
+	ctx := t.Context()
+	now := time.Now()
+	for _, id := range []string{"free", "held"} {
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{testMessage(id, id)}, Now: now, DedupWindow: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sid int64
+	if err := tx.QueryRow(ctx, `SELECT id FROM stories WHERE queue_id = $1 AND story_key = 'held' FOR UPDATE`, q).Scan(&sid); err != nil {
+		t.Fatal(err)
+	}
+	recv := func() *bus.ReceiveResult {
+		t.Helper()
+		res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Minute, Now: now})
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		return res
+	}
+	if res := recv(); len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "free" || !s.idle.has(q) {
+		t.Fatalf("with story %d held: %+v, hint %v; want free alone, and the hint", sid, res.Deliveries, s.idle.has(q))
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := recv(); len(res.Deliveries) != 1 || res.Deliveries[0].MessageID != "held" || s.idle.answered.Load() != 0 {
+		t.Fatalf("once released: %+v, %d answered by the check; want held, none", res.Deliveries, s.idle.answered.Load())
 	}
 }
 

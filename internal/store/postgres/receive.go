@@ -160,19 +160,20 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	if len(res.Deliveries) > 0 && visAt > now && (next == nil || visAt < *next) {
 		res.NextVisibleAt = fromMS(visAt)
 	}
-	switch {
-	case len(res.Deliveries) == 0:
+	if len(res.Deliveries) == 0 {
 		res.Deliveries = nil
-		if max > 0 { // a claim of max 0 says nothing of the queue
-			s.idle.mark(p.QueueID)
-		}
-	case claimed < max && visAt > now:
-		// It took every ready story it saw, and those it took are not
-		// visible again before visAt: the next receive most likely finds
-		// nothing. A consumer that takes what came and polls again (the
-		// usual long-poll loop) then costs the gathered check instead of
-		// a claim of nothing. Only a hint (idleQueues): a story skipped
-		// while locked, or made ready since, is seen by the check.
+	}
+	switch {
+	case max == 0:
+		// A claim of max 0 says nothing of the queue.
+	case claimed == 0, claimed < max && visAt > now:
+		// It took nothing, or every ready story it saw that no other
+		// transaction held, and those it took are not visible again
+		// before visAt: the next receive most likely finds nothing. A
+		// consumer that takes what came and polls again (the usual
+		// long-poll loop) then costs the gathered check instead of a claim
+		// of nothing. Only a hint (idleQueues): a story skipped while
+		// locked, or made ready since, is seen by the check.
 		s.idle.mark(p.QueueID)
 	default:
 		s.idle.forget(p.QueueID)
