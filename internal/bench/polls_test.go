@@ -27,7 +27,11 @@ package bench
 //     random queue, 4 publishers one after another, and measures from
 //     sending the publish to the poll's answer arriving (p50/p99); this
 //     process collects its garbage first, so that its own collection
-//     (10,000 goroutines) does not take the node's cores among them;
+//     (10,000 goroutines) does not take the node's cores among them; and
+//     reports what the phase cost a sample: the CPU of the nodes, of this
+//     process and, on PostgreSQL, of the database server's processes on
+//     this machine, and the database's transactions (pg_stat_database,
+//     read again 11 s after the phase, when its backends have reported);
 //  5. stops the node with SIGTERM and reports how long it took.
 //
 // SOMBUS_POLLS_NODES=2 starts two nodes on the same store (which must be
