@@ -12,11 +12,11 @@ import (
 )
 
 // TestIdleQueueCheck: a receive of a queue whose latest claim took nothing,
-// or all it saw, is answered by the small check while nothing is visible, and the check
-// never hides a message: not one published by another node whose wake-up
-// this node never heard (no listener here), not a delivery whose
-// visibility ran out; a queue that is gone is not found, as by the claim.
-// Wake-ups, this node's own or heard from another, drop the hint.
+// or all it saw, is answered by the small check while nothing is visible,
+// and the check never hides a message: not one published by another node
+// whose wake-up this node never heard (no listener here), not a delivery
+// whose visibility ran out; a queue that is gone is not found, as by the
+// claim. Wake-ups, this node's own or heard from another, drop the hint.
 func TestIdleQueueCheck(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Database(t)
