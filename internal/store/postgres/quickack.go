@@ -35,8 +35,8 @@ import (
 // which the planner cannot flatten into a join of its choosing), the rest
 // join v or nxt by key; the quick pool's settings (quickPlanSettings)
 // keep the generic plan on those probes whatever the tables' sizes when
-// it is made. (An earlier
-// form also filtered each part by id = ANY($1) to stay on the keys; the
+// it is made. (An earlier form also filtered each part by id = ANY($1) to
+// stay on the keys; the
 // generic plans then scanned the whole id list once per row of v or nxt,
 // n² rows for n handles: a gathered ack of 100 handles cost 80 µs a handle
 // against 27, measured in psql on the same rows.)
@@ -71,8 +71,8 @@ const quickAckSQL = `WITH v AS (
 // quickAck is MessageAck in one round trip for the usual call: every
 // handle of this queue, each on a different story. One pipeline sends
 // the lock of the stories (as settle takes it) and quickAckSQL, one
-// implicit transaction; the results are
-// then those of ackLocked, from the states locked. The handles that did not acknowledge a live head are
+// implicit transaction; the results are then those of ackLocked, from the
+// states locked. The handles that did not acknowledge a live head are
 // judged after the commit against the ack records (only a repeated ack of
 // the same delivery succeeds); this call wrote no record of their stories.
 // ok is false, with nothing done, for other calls, and when the pipeline

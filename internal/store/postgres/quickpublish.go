@@ -73,9 +73,10 @@ const quickPublishSQL = `WITH d AS (
 	SELECT ok.v, s.queue_id, s.created FROM ok LEFT JOIN s ON true`
 
 // quickPublishGenericPlans makes quickPublishSQL run on its generic plan
-// from the first execution, as the quick pool does for the ack (quickpool.go): it
-// reaches every row by a unique index whatever the values, and planning it
-// again on each execution costs more than most runs of it.
+// from the first execution, as the quick pool's sessions do for the
+// receive and the ack (quickpool.go): it reaches every row by a unique
+// index whatever the values, and planning it again on each execution
+// costs more than most runs of it.
 const quickPublishGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // quickPublish is MessagePublish in one round trip for the usual call

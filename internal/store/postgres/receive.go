@@ -182,9 +182,9 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 }
 
 // scanQuickReceive reads the rows of quickReceive's pipeline (its one
-// statement, quickReceiveSQL); endPipeline reads to its commit. found is false
-// when the statement returned no row (the queue's connection does not
-// exist); missing are the claimed stories whose head the statement's
+// statement, quickReceiveSQL); endPipeline reads to its commit. found is
+// false when the statement returned no row (the queue's connection does
+// not exist); missing are the claimed stories whose head the statement's
 // snapshot did not show, whose deliveries are left empty in res.
 func scanQuickReceive(br pgx.BatchResults, queueID string, capacity int) (res *bus.ReceiveResult, found, exhausted bool, next *int64, missing []claimedStory, err error) {
 	rows, err := br.Query()
