@@ -21,8 +21,10 @@ package bench
 //     node's sombus_long_polls_waiting gauge counts them all;
 //  3. reads the node's CPU (/proc/PID/stat utime+stime) over the quiet
 //     window (every poll waiting, none due to expire) and then over 20 s of
-//     steady state (each poll expires and is re-issued once in it), and its
-//     RSS (/proc/PID/status VmRSS) and Go heap and stacks (/metrics);
+//     steady state (each poll expires and is re-issued once in it), with
+//     what an answer costs there (the nodes above their quiet rate, this
+//     process, the database), and its RSS (/proc/PID/status VmRSS) and Go
+//     heap and stacks (/metrics);
 //  4. publishes SOMBUS_POLLS_SAMPLES (default 300) messages, each to a
 //     random queue, 4 publishers one after another, and measures from
 //     sending the publish to the poll's answer arriving (p50/p99); this
@@ -31,7 +33,9 @@ package bench
 //     reports what the phase cost a sample: the CPU of the nodes, of this
 //     process and, on PostgreSQL, of the database server's processes on
 //     this machine, and the database's transactions (pg_stat_database,
-//     read again 11 s after the phase, when its backends have reported);
+//     read again 11 s after the phase, when its backends have reported),
+//     and how much of that CPU the polls that expired during the phase
+//     (the wave of re-issues) cost at the steady state's rate;
 //  5. stops the node with SIGTERM and reports how long it took.
 //
 // SOMBUS_POLLS_NODES=2 starts two nodes on the same store (which must be
@@ -141,6 +145,17 @@ type pollResult struct {
 	// a sample over the publish phase and the 11 s after it, on
 	// PostgreSQL (see below).
 	PhaseDBXacts float64 `json:",omitempty"`
+	// What a poll's answer costs in the steady state, where nearly every
+	// answer is an expired poll's (answered empty, then re-issued by this
+	// process), in µs an answer: the nodes' CPU above their quiet rate,
+	// this process's, and the database's (on PostgreSQL; its quiet work
+	// included). And the polls that expired during the publish phase (its
+	// answers other than the samples'), with what they cost a sample at
+	// those rates: the part of the phase's CPU that is the wave of
+	// re-issues rather than the samples' own work.
+	SteadyNodeCPUAnswer, SteadyClientCPUAnswer, SteadyDBCPUAnswer float64 `json:",omitempty"`
+	PhaseExpired                                                  int64   `json:",omitempty"`
+	PhaseExpiredNodeCPU, PhaseExpiredClientCPU, PhaseExpiredDBCPU float64 `json:",omitempty"`
 }
 
 // dbXacts is the number of transactions PostgreSQL has counted for the
@@ -725,7 +740,10 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	for i, pid := range pids {
 		c0s[i] = must(procCPU(pid))
 	}
+	storeURL := os.Getenv("SOMBUS_POLLS_STORE")
+	onPG := strings.HasPrefix(storeURL, "postgres")
 	a0, c0, s0 := l.answers.Load(), sumCPU(pids), time.Now()
+	self0, db0 := processCPU(), pgServerCPU()
 	var idleTicks int64
 	for range 20 {
 		a, c := l.answers.Load(), sumCPU(pids)
@@ -736,12 +754,28 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		}
 	}
 	res.SteadyAnswers = l.answers.Load() - a0
-	res.SteadyCPU = float64(sumCPU(pids)-c0) / time.Since(s0).Seconds()
+	steadySeconds := time.Since(s0).Seconds()
+	res.SteadyCPU = float64(sumCPU(pids)-c0) / steadySeconds
 	for i := range res.PerNode {
 		res.PerNode[i].SteadyCPU = float64(must(procCPU(pids[i]))-c0s[i]) / time.Since(s0).Seconds()
 	}
 	if res.IdleSlices > 0 {
 		res.IdleSliceCPU = float64(idleTicks) / float64(res.IdleSlices)
+	}
+	if res.SteadyAnswers > 0 {
+		// SteadyCPU, QuietCPU and IdleSliceCPU are ticks (10 ms) a
+		// second: % of a core. Without a quiet window, the slices without
+		// answers give the quiet rate.
+		quiet := res.QuietCPU
+		if res.QuietSeconds == 0 {
+			quiet = res.IdleSliceCPU
+		}
+		answers := float64(res.SteadyAnswers)
+		res.SteadyNodeCPUAnswer = max(0, res.SteadyCPU-quiet) * steadySeconds * 1e4 / answers
+		res.SteadyClientCPUAnswer = float64(processCPU()-self0) / 1e3 / answers
+		if onPG {
+			res.SteadyDBCPUAnswer = float64((pgServerCPU() - db0).Microseconds()) / answers
+		}
 	}
 	res.RSSEndMiB = 0
 	for i, pid := range pids {
@@ -754,6 +788,8 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	res.RSSMiB = max(res.RSSMiB, res.RSSEndMiB)
 	t.Logf("RSS %.1f MiB (%.1f MiB after the steady state), heap %.1f MiB, stacks %.1f MiB, %0.f goroutines; CPU quiet %.1f%% over %.1fs (%d answers), steady %.1f%% (%d answers; %d 1-s slices without answers at %.1f%%)",
 		res.RSSMiB, res.RSSEndMiB, res.HeapMiB, res.StackMiB, res.Goroutines, res.QuietCPU, res.QuietSeconds, res.QuietAnswers, res.SteadyCPU, res.SteadyAnswers, res.IdleSlices, res.IdleSliceCPU)
+	t.Logf("steady state: CPU an answer %.0f µs in the nodes (above their quiet rate), %.0f µs in this process, %.0f µs in the database (0: not PostgreSQL)",
+		res.SteadyNodeCPUAnswer, res.SteadyClientCPUAnswer, res.SteadyDBCPUAnswer)
 
 	// Publish → answer.
 	var mu sync.Mutex
@@ -808,13 +844,12 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	} else {
 		close(traced)
 	}
-	storeURL := os.Getenv("SOMBUS_POLLS_STORE")
-	onPG := strings.HasPrefix(storeURL, "postgres")
 	var phaseXacts int64
 	if onPG {
 		phaseXacts = dbXacts(ctx, storeURL)
 	}
 	phaseNodes, phaseSelf, phaseDB := sumCPU(pids), processCPU(), pgServerCPU()
+	phaseAnswers := l.answers.Load()
 	err = split(4, 4, func(int) error {
 		for {
 			k := int(next.Add(1)) - 1
@@ -862,6 +897,12 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	if n := float64(len(lat)); n > 0 {
 		tick := float64(10 * time.Millisecond / time.Microsecond)
 		res.PhaseNodeCPU = float64(sumCPU(pids)-phaseNodes) * tick / n
+		// Every answer but the samples' own is an expired poll's.
+		res.PhaseExpired = max(0, l.answers.Load()-phaseAnswers-int64(len(lat)))
+		expired := float64(res.PhaseExpired) / n
+		res.PhaseExpiredNodeCPU = res.SteadyNodeCPUAnswer * expired
+		res.PhaseExpiredClientCPU = res.SteadyClientCPUAnswer * expired
+		res.PhaseExpiredDBCPU = res.SteadyDBCPUAnswer * expired
 		res.PhaseClientCPU = float64(processCPU()-phaseSelf) / 1e3 / n
 		if onPG {
 			res.PhaseDBCPU = float64((pgServerCPU() - phaseDB).Microseconds()) / n
@@ -880,6 +921,8 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 		}
 		t.Logf("publish phase: CPU a sample %.0f µs in the nodes, %.0f µs in this process, %.0f µs in the database (0: not PostgreSQL), %.2f transactions",
 			res.PhaseNodeCPU, res.PhaseClientCPU, res.PhaseDBCPU, res.PhaseDBXacts)
+		t.Logf("publish phase: %d polls expired and were re-issued in it; at the steady state's cost an answer, %.0f / %.0f / %.0f µs a sample of the above",
+			res.PhaseExpired, res.PhaseExpiredNodeCPU, res.PhaseExpiredClientCPU, res.PhaseExpiredDBCPU)
 	}
 	<-traced // the node serves the trace until it is written
 	ms := func(ds []time.Duration, q float64) float64 {
