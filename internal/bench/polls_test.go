@@ -757,7 +757,7 @@ func runPollLoad(t *testing.T, bin string, polls, perQueue int) pollResult {
 	steadySeconds := time.Since(s0).Seconds()
 	res.SteadyCPU = float64(sumCPU(pids)-c0) / steadySeconds
 	for i := range res.PerNode {
-		res.PerNode[i].SteadyCPU = float64(must(procCPU(pids[i]))-c0s[i]) / time.Since(s0).Seconds()
+		res.PerNode[i].SteadyCPU = float64(must(procCPU(pids[i]))-c0s[i]) / steadySeconds
 	}
 	if res.IdleSlices > 0 {
 		res.IdleSliceCPU = float64(idleTicks) / float64(res.IdleSlices)
