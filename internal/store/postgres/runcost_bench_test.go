@@ -106,3 +106,79 @@ func serverCPU() (d time.Duration, ok bool) {
 	}
 	return d, ok
 }
+
+// BenchmarkSampleCost times the database's side of the store calls one
+// sample of the long-poll test makes (internal/bench, TestLongPollLoad),
+// one after the other on a queue that is empty between samples: a publish
+// of one message on a story of its own, the receive that claims it (up to
+// 10), its ack, and the next receive, which finds nothing (after a claim
+// that took fewer than it asked for, the queue's idle hint makes it the
+// gathered check). The HTTP and the wake-up are not in it, nor the
+// notification a publish through another node sends. For scale it also
+// times a statement that does nothing (SELECT 1, its own transaction):
+// the floor of a round trip.
+//
+//	go test -run '^$' -bench SampleCost -benchtime 2000x ./internal/store/postgres/
+func BenchmarkSampleCost(b *testing.B) {
+	if _, ok := serverCPU(); !ok {
+		b.Skip("no process named postgres is readable here: run it beside a local PostgreSQL")
+	}
+	s := OpenTest(b)
+	ws, q := benchQueue(b, s)
+	ctx := context.Background()
+	producer := bus.NewID(bus.PrefixConnection)
+	var pub, recv, ack, look, floor time.Duration
+	step := func(d *time.Duration, f func()) {
+		before, _ := serverCPU()
+		f()
+		after, _ := serverCPU()
+		*d += after - before
+	}
+	checked := s.idle.answered.Load()
+	b.ResetTimer()
+	for i := range b.N {
+		mid := fmt.Sprint("m-", i)
+		step(&pub, func() {
+			if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: producer, Now: time.Now(), DedupWindow: bus.DedupWindow,
+				Messages: []bus.PublishMessage{{MessageID: mid, MessageType: "story.context", Topic: "som.story.context",
+					CorrelationID: "story-" + mid, Envelope: []byte(`{"message_id":"` + mid + `","payload":{"n":1}}`)}}}); err != nil {
+				b.Fatal(err)
+			}
+		})
+		var res *bus.ReceiveResult
+		step(&recv, func() {
+			var err error
+			res, err = s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: 30 * time.Second, Now: time.Now()})
+			if err != nil || len(res.Deliveries) != 1 {
+				b.Fatalf("receive: %v, %v; want one delivery", res, err)
+			}
+		})
+		step(&ack, func() {
+			out, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: []bus.Handle{res.Deliveries[0].Handle}, Now: time.Now()})
+			if err != nil || len(out) != 1 || !out[0].OK {
+				b.Fatalf("ack: %v, %v", out, err)
+			}
+		})
+		step(&look, func() {
+			res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: 30 * time.Second, Now: time.Now()})
+			if err != nil || len(res.Deliveries) != 0 {
+				b.Fatalf("receive of an empty queue: %v, %v", res, err)
+			}
+		})
+		step(&floor, func() {
+			if _, err := s.pool.Exec(ctx, `SELECT 1`); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(pub.Microseconds())/n, "publish-db-us")
+	b.ReportMetric(float64(recv.Microseconds())/n, "recv-db-us")
+	b.ReportMetric(float64(ack.Microseconds())/n, "ack-db-us")
+	b.ReportMetric(float64(look.Microseconds())/n, "empty-recv-db-us")
+	b.ReportMetric(float64(floor.Microseconds())/n, "select1-db-us")
+	// 1 when every empty receive was the check's answer, not a claim.
+	b.ReportMetric(float64(s.idle.answered.Load()-checked)/n, "checked/op")
+	b.ReportMetric(0, "ns/op")
+}
