@@ -25,13 +25,8 @@ func BenchmarkRunCost(b *testing.B) {
 	payload := strings.Repeat("x", 1024)
 	for _, take := range []int{1, 10, 40} {
 		b.Run(fmt.Sprintf("take=%d", take), func(b *testing.B) {
-			if _, ok := serverCPU(); !ok {
-				b.Skip("no process named postgres is readable here: run it beside a local PostgreSQL")
-			}
-			s := OpenTest(b)
-			ws, q := benchQueue(b, s)
+			s, ws, q, producer := meterQueue(b)
 			ctx := context.Background()
-			producer := bus.NewID(bus.PrefixConnection)
 			total := b.N*take + 2000 // stories stay ready: 1,000 of them, two deep at the end
 			for i := 0; i < total; i += 100 {
 				var msgs []bus.PublishMessage
@@ -77,6 +72,19 @@ func BenchmarkRunCost(b *testing.B) {
 	}
 }
 
+// meterQueue opens a store with a consumer queue for the meters above
+// (benchQueue), and a producer id to publish with; it skips the benchmark
+// where the server's processes cannot be read.
+func meterQueue(b *testing.B) (s *Store, ws, q, producer string) {
+	b.Helper()
+	if _, ok := serverCPU(); !ok {
+		b.Skip("no process named postgres is readable here: run it beside a local PostgreSQL")
+	}
+	s = OpenTest(b)
+	ws, q = benchQueue(b, s)
+	return s, ws, q, bus.NewID(bus.PrefixConnection)
+}
+
 // serverCPU sums the time on a CPU of the processes named postgres (the
 // server's backends and its background processes), from their
 // /proc/<pid>/schedstat (nanoseconds, the kernel's time in their system
@@ -120,13 +128,8 @@ func serverCPU() (d time.Duration, ok bool) {
 //
 //	go test -run '^$' -bench SampleCost -benchtime 2000x ./internal/store/postgres/
 func BenchmarkSampleCost(b *testing.B) {
-	if _, ok := serverCPU(); !ok {
-		b.Skip("no process named postgres is readable here: run it beside a local PostgreSQL")
-	}
-	s := OpenTest(b)
-	ws, q := benchQueue(b, s)
+	s, ws, q, producer := meterQueue(b)
 	ctx := context.Background()
-	producer := bus.NewID(bus.PrefixConnection)
 	var pub, recv, ack, look, floor time.Duration
 	step := func(d *time.Duration, f func()) {
 		before, _ := serverCPU()
