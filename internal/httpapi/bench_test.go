@@ -82,9 +82,9 @@ type benchNode struct {
 	w *benchWriter
 }
 
-func newBenchNode(b *testing.B) *benchNode {
-	b.Helper()
-	n := servertest.Start(b, servertest.Options{Store: "sqlite:" + servertest.TempDir(b) + "/sombus.db"})
+func newBenchNode(tb testing.TB) *benchNode {
+	tb.Helper()
+	n := servertest.Start(tb, servertest.Options{Store: "sqlite:" + servertest.TempDir(tb) + "/sombus.db"})
 	u := map[string]any{"quota_tier": "unlimited"}
 	return &benchNode{h: n.Server.Handler(), p: n.NewPairWith(u, u), w: &benchWriter{header: http.Header{}}}
 }
@@ -105,7 +105,7 @@ func template(method, path, tok string) *http.Request {
 
 // serve serves a copy of tmpl with body and fails unless the answer has
 // status want; the answer stays in n.w until the next call.
-func (n *benchNode) serve(b *testing.B, tmpl *http.Request, body []byte, want int) {
+func (n *benchNode) serve(tb testing.TB, tmpl *http.Request, body []byte, want int) {
 	r := *tmpl
 	if body != nil {
 		rd := &benchBody{}
@@ -117,7 +117,7 @@ func (n *benchNode) serve(b *testing.B, tmpl *http.Request, body []byte, want in
 	n.w.reset()
 	n.h.ServeHTTP(n.w, &r)
 	if n.w.status != want {
-		b.Fatalf("%s %s: %d %s", tmpl.Method, tmpl.URL, n.w.status, n.w.body.Bytes())
+		tb.Fatalf("%s %s: %d %s", tmpl.Method, tmpl.URL, n.w.status, n.w.body.Bytes())
 	}
 }
 
@@ -145,11 +145,11 @@ func batches(first, count int, story func(i int) string) [][]byte {
 }
 
 // fill publishes count messages (outside the timer).
-func (n *benchNode) fill(b *testing.B, count int, story func(i int) string) {
-	b.Helper()
+func (n *benchNode) fill(tb testing.TB, count int, story func(i int) string) {
+	tb.Helper()
 	tmpl := template("POST", "/v1/tenants/"+n.p.WS+"/messages/batch", n.p.ProducerTok)
 	for _, body := range batches(1_000_000_000, count, story) {
-		n.serve(b, tmpl, body, 200)
+		n.serve(tb, tmpl, body, 200)
 	}
 }
 
@@ -291,21 +291,37 @@ func BenchmarkAck(b *testing.B) {
 func BenchmarkDrain(b *testing.B) {
 	n := newBenchNode(b)
 	n.fill(b, 10*b.N, thousandStories)
-	recv := template("GET", n.p.MessagesPath()+"?max=10&wait=0", n.p.ConsumTok)
-	ack := template("POST", n.p.SettlePath("ack"), n.p.ConsumTok)
-	var body []byte
-	var hs [][]byte
+	d := n.drainer()
 	cpu := startCPU(b)
 	for range b.N {
-		n.serve(b, recv, nil, 200)
-		hs = n.handles(hs[:0])
-		if len(hs) != 10 {
-			b.Fatalf("receive: %s", n.w.body.Bytes())
-		}
-		body = ackBody(body[:0], hs)
-		n.serve(b, ack, body, 200)
+		d.ten(b)
 	}
 	cpu.stop()
+}
+
+// drainer receives up to 10 messages of its node's consumer and
+// acknowledges them, as the drain's receivers do, reusing its buffers.
+type drainer struct {
+	n         *benchNode
+	recv, ack *http.Request
+	body      []byte
+	hs        [][]byte
+}
+
+func (n *benchNode) drainer() *drainer {
+	return &drainer{n: n, recv: template("GET", n.p.MessagesPath()+"?max=10&wait=0", n.p.ConsumTok),
+		ack: template("POST", n.p.SettlePath("ack"), n.p.ConsumTok)}
+}
+
+// ten receives 10 messages and acknowledges them; fewer than 10 fails tb.
+func (d *drainer) ten(tb testing.TB) {
+	d.n.serve(tb, d.recv, nil, 200)
+	d.hs = d.n.handles(d.hs[:0])
+	if len(d.hs) != 10 {
+		tb.Fatalf("receive: %s", d.n.w.body.Bytes())
+	}
+	d.body = ackBody(d.body[:0], d.hs)
+	d.n.serve(tb, d.ack, d.body, 200)
 }
 
 var _ io.ReadCloser = (*benchBody)(nil)
