@@ -305,3 +305,38 @@ func TestParkedPollOverTLS(t *testing.T) {
 		tc.tr.CloseIdleConnections()
 	}
 }
+
+// maxParkedPollHeap bounds the heap a waiting long poll holds in the node:
+// with 10,000 of them on one node the node must stay under 250 MiB of
+// memory, 25 KiB a poll. The load test (internal/bench, TestLongPollLoad)
+// measures the process's RSS; this counts the heap, in CI.
+const maxParkedPollHeap = 25 << 10
+
+// TestParkedPollsHeap opens polls long polls, each of its own consumer as in
+// the load test, and bounds the heap they hold while they wait (the
+// client's side of each connection, a socket and no buffer, is counted too).
+func TestParkedPollsHeap(t *testing.T) {
+	const polls = 200
+	n := startParkNode(t)
+	reqs := make([]string, polls)
+	for i := range reqs {
+		reqs[i] = pollRequest(n, n.NewPair(nil), 20)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, r := range reqs {
+		if _, err := io.WriteString(dial(t, n), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "all polls waiting", func() bool { return waitingPolls(t, n) == polls })
+	time.Sleep(200 * time.Millisecond) // the handlers' goroutines end
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / polls
+	t.Logf("%d waiting polls: %d B of heap a poll", polls, per)
+	if per > maxParkedPollHeap {
+		t.Errorf("a waiting poll holds %d B of heap; the bound is %d B", per, maxParkedPollHeap)
+	}
+}
