@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// A queue's counts (ready, in flight, delayed, dead letters, oldest ready)
+// are read in a time that does not grow with its depth, nor with other
+// queues' older messages: the statement looks at about as many rows with
+// 3,000 ready messages as with 7, on plans made on tables never analyzed.
+// A plan that counted the queue's messages, or walked every queue's
+// messages by age (the hazard queueCountFrom's comment names), would look
+// at thousands.
+func TestQueueStatsFlatWithDepth(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	ctx := t.Context()
+	now := time.Now()
+	publish := func(ws, prod string, first, count int, at time.Time) {
+		t.Helper()
+		for i := 0; i < count; i += 100 {
+			var msgs []bus.PublishMessage
+			for j := i; j < min(i+100, count); j++ {
+				msgs = append(msgs, testMessage(fmt.Sprint("m-", first+j), fmt.Sprint("story-", (first+j)%1000)))
+			}
+			if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+				Messages: msgs, Now: at, DedupWindow: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Another queue's messages, all older than this queue's.
+	wsB, prodB, _ := setupQueue(t, s, 5)
+	publish(wsB, prodB, 0, 3000, now.Add(-time.Hour))
+	ws, prod, q := setupQueue(t, s, 5)
+	publish(ws, prod, 0, 10, now)
+	// Three heads out: in flight, and older than every ready message.
+	if res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 3, Visibility: time.Minute, Now: now}); err != nil || len(res.Deliveries) != 3 {
+		t.Fatalf("receive: %v, %v; want 3 deliveries", res, err)
+	}
+
+	looked := func(wantReady int64) int64 {
+		t.Helper()
+		st, err := s.QueueStats(ctx, q, now)
+		if err != nil || st.Ready != wantReady || st.InFlight != 3 {
+			t.Fatalf("stats: %+v, %v; want %d ready, 3 in flight", st, err, wantReady)
+		}
+		var out []byte
+		if err := s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+queueStatsQuery, []string{q}, ms(now)).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		var plan []struct {
+			Plan planNode `json:"Plan"`
+		}
+		if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
+			t.Fatalf("explain: %v (%d plans)", err, len(plan))
+		}
+		return plan[0].Plan.looked(func(p *planNode) {
+			if p.NodeType == "Seq Scan" && (p.RelationName == "messages" || p.RelationName == "stories") {
+				t.Errorf("the counts' plan reads all of %s", p.RelationName)
+			}
+		})
+	}
+	shallow := looked(7)
+	publish(ws, prod, 10, 3000, now)
+	deep := looked(3007)
+	t.Logf("the counts looked at %d rows with 7 ready, %d with 3,007", shallow, deep)
+	if deep > shallow+20 {
+		t.Errorf("the counts looked at %d rows with 3,007 ready against %d with 7: they grow with the depth", deep, shallow)
+	}
+}
