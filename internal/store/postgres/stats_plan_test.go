@@ -13,9 +13,9 @@ import (
 // are read in a time that does not grow with its depth, nor with other
 // queues' older messages: the statement looks at about as many rows with
 // 3,000 ready messages as with 7, on plans made on tables never analyzed
-// and on tables analyzed. A plan that counted the queue's messages, or walked every queue's
-// messages by age (the hazard queueCountFrom's comment names), would look
-// at thousands.
+// and on tables analyzed. A plan that counted the queue's messages, or
+// walked every queue's messages by age (the hazard queueCountFrom's comment
+// names), would look at thousands.
 func TestQueueStatsFlatWithDepth(t *testing.T) {
 	t.Parallel()
 	s := OpenTest(t)
