@@ -7,15 +7,20 @@ import (
 
 // Drained-message allocation bounds: what a message costs the node's heap
 // on its way out (its share of a receive of 10 and of their ack, through
-// the whole handler, as BenchmarkDrain measures it). The drain allocated
-// 12.4 times and 2.7 KB a message when these were set (docs/benchmarks.md);
-// the bounds leave room for the race detector's sync.Pool, which drops
-// pooled buffers at random, and for background work of the node that falls
-// in the window, but not for a request path that goes back to building
-// each message anew.
+// the whole handler, as BenchmarkDrain measures it). The goal is fewer than
+// 30 allocations and 6 KB a message; the drain allocated 12.4 times and
+// 2.7 KB a message when these were set (docs/benchmarks.md).
+//
+// Under the race detector sync.Pool drops pooled buffers at random, and the
+// same drain allocated 18.1-18.5 times and 4.7 KB a message: about 1.5
+// times the allocations and 1.75 times the bytes. The bounds there are the
+// goal's, scaled by those factors, so that a build with the race detector
+// fails where a build without it would miss the goal, and not before.
 const (
 	maxDrainAllocsPerMessage = 30
 	maxDrainBytesPerMessage  = 6 << 10
+	raceAllocsFactor         = 1.5
+	raceBytesFactor          = 1.75
 )
 
 // TestDrainAllocations keeps the drain's allocations a message under the
@@ -40,11 +45,15 @@ func TestDrainAllocations(t *testing.T) {
 	msgs := float64(10 * drains)
 	allocs := float64(after.Mallocs-before.Mallocs) / msgs
 	bytes := float64(after.TotalAlloc-before.TotalAlloc) / msgs
-	t.Logf("drain: %.1f allocations and %.0f B a message (%d messages)", allocs, bytes, 10*drains)
-	if allocs > maxDrainAllocsPerMessage {
-		t.Errorf("a drained message allocated %.1f times; the bound is %d", allocs, maxDrainAllocsPerMessage)
+	maxAllocs, maxBytes := float64(maxDrainAllocsPerMessage), float64(maxDrainBytesPerMessage)
+	if raceEnabled {
+		maxAllocs, maxBytes = maxAllocs*raceAllocsFactor, maxBytes*raceBytesFactor
 	}
-	if bytes > maxDrainBytesPerMessage {
-		t.Errorf("a drained message allocated %.0f B; the bound is %d B", bytes, maxDrainBytesPerMessage)
+	t.Logf("drain: %.1f allocations and %.0f B a message (%d messages; race detector %v)", allocs, bytes, 10*drains, raceEnabled)
+	if allocs >= maxAllocs {
+		t.Errorf("a drained message allocated %.1f times; the bound is under %.0f", allocs, maxAllocs)
+	}
+	if bytes >= maxBytes {
+		t.Errorf("a drained message allocated %.0f B; the bound is under %.0f B", bytes, maxBytes)
 	}
 }
