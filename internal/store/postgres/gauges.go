@@ -20,6 +20,9 @@ func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGaug
 	var out []bus.QueueGauge
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
 		out = out[:0]
+		if err := countsPlan(ctx, tx); err != nil {
+			return err
+		}
 		n := ms(now)
 		rows, err := tx.Query(ctx, queueGaugesQuery, string(bus.KindConsumer), n)
 		if err != nil {

@@ -116,8 +116,15 @@ func explainGeneric(t *testing.T, tx pgx.Tx, sql, args string) planNode {
 	if _, err := tx.Exec(ctx, `PREPARE explained AS `+sql); err != nil {
 		t.Fatal(err)
 	}
+	return explained(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained(`+args+`)`))
+}
+
+// explained reads the root of the plan row, the answer of an EXPLAIN
+// (ANALYZE, FORMAT JSON).
+func explained(t *testing.T, row pgx.Row) planNode {
+	t.Helper()
 	var out []byte
-	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained(`+args+`)`).Scan(&out); err != nil {
+	if err := row.Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct {
