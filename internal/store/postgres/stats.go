@@ -96,11 +96,18 @@ func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (ma
 	if len(ids) == 0 {
 		return out, nil
 	}
-	if err := countsPlan(ctx, tx); err != nil {
+	// The plan settings and the count in one round trip: the server plans
+	// the count when it binds it, after the settings ran.
+	n := ms(now)
+	b := &pgx.Batch{}
+	b.Queue(countsPlanSQL)
+	b.Queue(queueStatsQuery, ids, n)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	n := ms(now)
-	rows, err := tx.Query(ctx, queueStatsQuery, ids, n)
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +120,11 @@ func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (ma
 		}
 		out[id] = st
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return out, br.Close()
 }
 
 // QueueStatsMany counts several queues in one statement; ids that are no

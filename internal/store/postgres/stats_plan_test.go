@@ -85,6 +85,25 @@ func TestQueueStatsFlatWithDepth(t *testing.T) {
 		}
 		return max(custom.looked(noScan), generic.looked(noScan))
 	}
+	// queueStats runs its count under those settings (sent with it, in one
+	// round trip).
+	func() {
+		tx, err := s.pool.BeginTx(ctx, txOptions(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if got, err := queueStats(ctx, tx, []string{q}, now); err != nil || got[q].InFlight != 3 {
+			t.Fatalf("queueStats: %+v, %v", got, err)
+		}
+		var seq, bitmap string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan')`).Scan(&seq, &bitmap); err != nil {
+			t.Fatal(err)
+		}
+		if seq != "off" || bitmap != "off" {
+			t.Fatalf("after queueStats enable_seqscan is %s and enable_bitmapscan %s, want off", seq, bitmap)
+		}
+	}()
 	shallow := looked(7)
 	publish(ws, prod, 10, 3000, now)
 	deep := looked(3007)
