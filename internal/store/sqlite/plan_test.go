@@ -57,35 +57,39 @@ func queryPlan(t *testing.T, s *Store, sql string, args ...any) []string {
 // TestQueueStatsPlanFlat: a queue's counts are read in a time that does
 // not grow with its depth: its counters by their key, its oldest ready
 // message from the front of its part of messages_queue (each one's story
-// and acknowledgement by key), never a scan of messages or of its
-// counters. In flight and delayed come apart, from the heads out
-// (outCounts). The store never runs ANALYZE, so the plan made here, on an
-// empty file, is the plan of any file.
+// and acknowledgement by key). Every other table is reached by a key, and
+// nothing is scanned or sorted. The store never runs ANALYZE, so the plan
+// made here, on an empty file, is the plan of any file. In flight and
+// delayed are counted apart (outCounts), from the writer's index of the
+// heads out; its fallback for a queue the writer has not loaded reads the
+// queue's stories once and is not covered here.
 func TestQueueStatsPlanFlat(t *testing.T) {
 	s := openTemp(t)
 	plan := queryPlan(t, s, queueStatsQuery, `["q"]`, int64(1))
 	all := strings.Join(plan, "; ")
+	oldest := 0
 	for _, line := range plan {
-		if strings.HasPrefix(line, "SCAN ") && !strings.HasPrefix(line, "SCAN json_each") {
-			t.Errorf("the counts' plan has %q: %s", line, all)
+		if !strings.HasPrefix(line, "SEARCH ") && !strings.HasPrefix(line, "SCAN ") {
+			if strings.Contains(line, "TEMP B-TREE") {
+				t.Errorf("the counts' plan sorts (%q): %s", line, all)
+			}
+			continue
 		}
-		if strings.Contains(line, "TEMP B-TREE") {
-			t.Errorf("the counts' plan sorts (%q): %s", line, all)
-		}
-	}
-	if !strings.Contains(all, "SEARCH m USING INDEX messages_queue (queue_id=?)") {
-		t.Errorf("the counts' plan does not find the oldest ready message through messages_queue: %s", all)
-	}
-	// One read of messages, the oldest ready one's: a second (a count of
-	// the queue's messages through an index, say) would grow with the depth
-	// and still look like a search here.
-	reads := 0
-	for _, line := range plan {
-		if strings.Contains(line, "messages") {
-			reads++
+		switch {
+		case line == "SEARCH m USING INDEX messages_queue (queue_id=?)":
+			oldest++
+		case strings.HasPrefix(line, "SCAN json_each"): // the ids asked for
+		case strings.HasPrefix(line, "SEARCH ") && strings.Contains(line, "PRIMARY KEY ("),
+			strings.HasPrefix(line, "SEARCH ") && strings.Contains(line, "INDEX sqlite_autoindex_") && strings.HasSuffix(line, "(id=?)"):
+			// a row by its key
+		default:
+			t.Errorf("the counts' plan has %q, neither a key lookup nor the oldest ready one's search: %s", line, all)
 		}
 	}
-	if reads != 1 {
-		t.Errorf("the counts' plan reads messages %d times, want once (the oldest ready): %s", reads, all)
+	// One search of messages, the oldest ready one's: a second (a count of
+	// the queue's messages through the same index, say) would grow with
+	// the depth and look the same here.
+	if oldest != 1 {
+		t.Errorf("the counts' plan searches messages_queue %d times, want once (the oldest ready): %s", oldest, all)
 	}
 }
