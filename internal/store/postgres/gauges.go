@@ -20,7 +20,7 @@ func (s *Store) QueueGauges(ctx context.Context, now time.Time) ([]bus.QueueGaug
 	var out []bus.QueueGauge
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
 		out = out[:0]
-		if err := countsPlan(ctx, tx); err != nil {
+		if err := probePlan(ctx, tx); err != nil {
 			return err
 		}
 		n := ms(now)

@@ -66,9 +66,18 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 	}
 	var out []bus.DeadLetter
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, message_id, message_type, correlation_id, topic, producer_id,
+		// The queue's part of dead_letters_queue, whatever the plan.
+		b := &pgx.Batch{}
+		b.Queue(probePlanSQL)
+		b.Queue(`SELECT id, message_id, message_type, correlation_id, topic, producer_id,
 				receive_count, enqueued_at, dead_lettered_at, envelope
 			FROM dead_letters WHERE queue_id = $1 AND id > $2 ORDER BY id LIMIT $3`, queueID, after, limit)
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -80,7 +89,10 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 			d.EnqueuedAt, d.DeadLetteredAt = fromMS(enq), fromMS(dl)
 			return d, err
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return br.Close()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dead letters: %w", err)
@@ -212,6 +224,12 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			continue
 		}
 		err := s.run(ctx, false, func(tx pgx.Tx) error {
+			// Through the table's age index, whatever the plan: a sweep
+			// that finds nothing past its window, the usual round, reads
+			// nothing.
+			if err := probePlan(ctx, tx); err != nil {
+				return err
+			}
 			_, err := tx.Exec(ctx, d.sql, ms(p.Now.Add(-d.window)))
 			return err
 		})

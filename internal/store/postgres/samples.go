@@ -37,7 +37,7 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // or sampled already
 		}
-		if err := countsPlan(ctx, tx); err != nil {
+		if err := probePlan(ctx, tx); err != nil {
 			return err
 		}
 		tag, err = tx.Exec(ctx, queueSampleQuery, ms(p.At), ms(p.Now))

@@ -71,22 +71,28 @@ func scanCounts(rows pgx.Rows, n int64, lead ...any) (bus.QueueStats, error) {
 	return st, nil
 }
 
-// countsPlanSQL holds the rest of the transaction to plans of index probes,
-// for the statements that count queues (queueCountFrom, queueTotalsFrom):
-// no sequential scan, no bitmap scan. Those statements' custom plans
-// probe the indexes, but a generic plan, which a connection may switch to
-// after a statement's fifth execution, knows neither the queue nor the
-// time: made on analyzed tables holding one or two big queues, it read
-// every story of the table to count a queue's heads out, as many as the
-// queue's stories (TestQueueStatsFlatWithDepth). A bitmap scan cannot
+// probePlanSQL holds the rest of the transaction to plans of index probes
+// and ranges: no sequential scan, no bitmap scan. It is for the statements
+// whose every read has an index but whose generic plan, made without the
+// values, may read a whole table instead: the counts of queues
+// (queueCountFrom, queueTotalsFrom), the dead-letter list and the
+// background sweeps of records past their windows. A connection runs a
+// prepared statement on its generic plan when an operator forces it
+// (plan_cache_mode) or when that plan does not look dearer than the plans
+// for the values: made on analyzed tables holding one or two big queues,
+// the counts' generic plan read every story of the table to count a
+// queue's heads out (TestQueueStatsFlatWithDepth). A bitmap scan cannot
 // yield the oldest ready message in order, so it would read and sort all
-// of the queue's messages. Penalized so, both plans stay on the probes
-// whatever the tables' statistics.
-const countsPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+// of the queue's messages. Penalized so, every plan stays on the indexes
+// whatever the tables' statistics. The reads a person waits for send it in
+// one pipeline with their statement (the server plans a statement when it
+// binds it, after the settings ran), so it costs them no round trip; the
+// periodic ones (gauges, samples, sweeps) run it first with probePlan.
+const probePlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
-// countsPlan applies countsPlanSQL to the rest of tx.
-func countsPlan(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, countsPlanSQL)
+// probePlan applies probePlanSQL to the rest of tx.
+func probePlan(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, probePlanSQL)
 	return err
 }
 
@@ -100,7 +106,7 @@ func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (ma
 	// the count when it binds it, after the settings ran.
 	n := ms(now)
 	b := &pgx.Batch{}
-	b.Queue(countsPlanSQL)
+	b.Queue(probePlanSQL)
 	b.Queue(queueStatsQuery, ids, n)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()

@@ -70,7 +70,7 @@ func TestQueueStatsFlatWithDepth(t *testing.T) {
 				t.Fatal(err)
 			}
 		}()
-		if err := countsPlan(ctx, tx); err != nil {
+		if err := probePlan(ctx, tx); err != nil {
 			t.Fatal(err)
 		}
 		custom := explained(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+queueStatsQuery, []string{q}, ms(now)))
