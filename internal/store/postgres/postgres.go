@@ -141,6 +141,12 @@ const DefaultMaxConns = 20
 // a deadlock or serialization failure.
 const maxAttempts = 5
 
+// noticeHook, when not nil, receives the notices of every connection of the
+// stores opened while it is set. Only a test sets it (TestGenericPlansProbe
+// reads auto_explain's plans from notices); a node leaves it nil, and pgx
+// drops notices.
+var noticeHook pgconn.NoticeHandler
+
 // Open connects to the database at url (a PostgreSQL URL or key=value
 // string), applies the embedded migrations and returns the store. Tables
 // live in the first schema of the connection's search_path.
@@ -183,6 +189,9 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 			return nil
 		}
 		return warmPublish(ctx, conn, logger)
+	}
+	if noticeHook != nil {
+		cfg.ConnConfig.OnNotice = noticeHook
 	}
 	qcfg := quickPoolConfig(cfg, slot, logger)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

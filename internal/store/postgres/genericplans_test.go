@@ -1,0 +1,158 @@
+package postgres
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+// bigTables are the tables that grow with the queues: a plan that reads
+// one of them whole (a sequential scan) costs a read as long as the table
+// on every execution. (A bitmap scan reads what its index conditions
+// select, which may be a few keys: TestQueueStatsFlatWithDepth counts the
+// rows the counts look at, in order or not.)
+var bigTables = regexp.MustCompile(`Seq Scan on (messages|stories|dedup_records|ack_records|dead_letters|queue_samples)\b`)
+
+// TestGenericPlansProbe runs a workload of every path of the message, its
+// counts, the dead letters and a round of background work on a store whose
+// sessions plan each statement without its values (its generic plan, which
+// a connection runs when an operator forces it, or when it does not look
+// dearer than the plans for the values), on analyzed tables of two queues,
+// and fails when a plan reads one of bigTables whole. auto_explain, loaded
+// into the store's sessions, sends each plan as a notice. The counts, the
+// dead-letter list and the sweeps of dead letters and ack records did
+// before they ran under probePlanSQL.
+//
+// It needs the database's superuser (to preload auto_explain into a
+// session) and PostgreSQL's auto_explain module: it skips without them,
+// and fails under CI, where both are there.
+func TestGenericPlansProbe(t *testing.T) {
+	base := pgtest.URL(t)
+	s := OpenTest(t)
+	ctx := t.Context()
+	if _, err := s.pool.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("auto_explain cannot be loaded (superuser and the module are needed): %v", err)
+		}
+		t.Skipf("auto_explain cannot be loaded here (superuser and the module are needed): %v", err)
+	}
+	s = openURL(t, base)
+	now := time.Now()
+	type queue struct{ ws, prod, q string }
+	var qs []queue
+	for k := range 2 {
+		ws, prod, q := setupQueue(t, s, 2)
+		qs = append(qs, queue{ws, prod, q})
+		for i := 0; i < 3000; i += 100 {
+			var msgs []bus.PublishMessage
+			for j := i; j < i+100; j++ {
+				msgs = append(msgs, testMessage(fmt.Sprint("m-", k, "-", j), fmt.Sprint("story-", j%1000)))
+			}
+			if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: msgs,
+				Now: now.Add(-time.Minute), DedupWindow: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var plans []string
+	noticeHook = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "Query Text:") {
+			mu.Lock()
+			plans = append(plans, n.Message)
+			mu.Unlock()
+		}
+	}
+	a := openURL(t, base+"&session_preload_libraries=auto_explain&auto_explain.log_min_duration=0"+
+		"&auto_explain.log_nested_statements=on&plan_cache_mode=force_generic_plan&client_min_messages=log")
+	noticeHook = nil
+
+	q := qs[0]
+	for r := range 3 {
+		// With an attempt id: the full receive, which also moves the heads
+		// out of attempts (the attempt limit is 2) to the dead letters.
+		res, err := a.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q.q, Max: 10, Visibility: time.Minute,
+			AttemptID: fmt.Sprint("attempt-", r), AttemptWindow: time.Minute, Now: now.Add(time.Duration(r) * 2 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hs []bus.Handle
+		for _, d := range res.Deliveries {
+			hs = append(hs, d.Handle)
+		}
+		// Released at a time before every other story's, the same heads
+		// come first again, until their third receive moves them.
+		settle, at := a.MessageAck, now
+		if r < 2 {
+			settle, at = a.MessageNack, now.Add(-2*time.Minute)
+		}
+		if _, err := settle(ctx, &bus.SettleParams{QueueID: q.q, Handles: hs, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := a.MessageReceive(ctx, &bus.ReceiveParams{QueueID: qs[1].q, Max: 10, Visibility: time.Minute, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []bus.Handle
+	for _, d := range res.Deliveries {
+		hs = append(hs, d.Handle)
+	}
+	if _, err := a.MessageAck(ctx, &bus.SettleParams{QueueID: qs[1].q, Handles: hs, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	// A duplicate id: the full publish. A fresh one: the quick publish.
+	for _, id := range []string{"m-0-5", "m-new"} {
+		if _, err := a.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: q.ws, ProducerID: q.prod,
+			Messages: []bus.PublishMessage{testMessage(id, "story-5")}, Now: now, DedupWindow: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.QueueStats(ctx, q.q, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.QueueGauges(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.QueueSample(ctx, &bus.QueueSampleParams{At: now, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeadLetterList(ctx, q.q, 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A round of background work in which nothing has expired yet, the
+	// usual case: each sweep must find that out without reading its table.
+	if _, err := a.Maintain(ctx, &bus.MaintainParams{Now: now, Retention: 24 * time.Hour,
+		DeadLetterRetention: 7 * 24 * time.Hour, AttemptWindow: 5 * time.Minute, DedupWindow: time.Hour,
+		AckRecordWindow: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(plans) < 20 {
+		t.Fatalf("only %d plans came as notices: is auto_explain loaded into the sessions?", len(plans))
+	}
+	if st, err := s.QueueStats(ctx, q.q, now); err != nil || st.DeadLetters != 10 {
+		t.Fatalf("%d dead letters, %v; want the 10 heads received three times", st.DeadLetters, err)
+	}
+	for _, p := range plans {
+		if m := bigTables.FindString(p); m != "" {
+			t.Errorf("a generic plan has %s:\n%s", m, p)
+		}
+	}
+	t.Logf("%d plans, none reading a big table whole", len(plans))
+}
