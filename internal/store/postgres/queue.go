@@ -67,20 +67,13 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 	var out []bus.DeadLetter
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
 		// The queue's part of dead_letters_queue, whatever the plan.
-		b := &pgx.Batch{}
-		b.Queue(probePlanSQL)
-		b.Queue(`SELECT id, message_id, message_type, correlation_id, topic, producer_id,
+		rows, done, err := probeQuery(ctx, tx, `SELECT id, message_id, message_type, correlation_id, topic, producer_id,
 				receive_count, enqueued_at, dead_lettered_at, envelope
 			FROM dead_letters WHERE queue_id = $1 AND id > $2 ORDER BY id LIMIT $3`, queueID, after, limit)
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
+		defer done() //nolint:errcheck // an early return has its error already
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (bus.DeadLetter, error) {
 			var d bus.DeadLetter
 			var enq, dl int64
@@ -92,7 +85,7 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 		if err != nil {
 			return err
 		}
-		return br.Close()
+		return done()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dead letters: %w", err)

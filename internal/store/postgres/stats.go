@@ -96,28 +96,37 @@ func probePlan(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+// probeQuery runs sql with args in tx under probePlanSQL, both in one
+// pipeline, and returns its rows; done ends the pipeline and reports its
+// error (the caller calls it once it has read the rows, or to give up).
+func probeQuery(ctx context.Context, tx pgx.Tx, sql string, args ...any) (rows pgx.Rows, done func() error, err error) {
+	b := &pgx.Batch{}
+	b.Queue(probePlanSQL)
+	b.Queue(sql, args...)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, nil, err
+	}
+	if rows, err = br.Query(); err != nil {
+		_ = br.Close()
+		return nil, nil, err
+	}
+	return rows, func() error { rows.Close(); return br.Close() }, nil
+}
+
 // queueStats counts the queues of ids that exist, in one statement.
 func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (map[string]bus.QueueStats, error) {
 	out := make(map[string]bus.QueueStats, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	// The plan settings and the count in one round trip: the server plans
-	// the count when it binds it, after the settings ran.
 	n := ms(now)
-	b := &pgx.Batch{}
-	b.Queue(probePlanSQL)
-	b.Queue(queueStatsQuery, ids, n)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
+	rows, done, err := probeQuery(ctx, tx, queueStatsQuery, ids, n)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer done() //nolint:errcheck // an early return has its error already
 	for rows.Next() {
 		var id string
 		st, err := scanCounts(rows, n, &id)
@@ -129,8 +138,7 @@ func queueStats(ctx context.Context, tx pgx.Tx, ids []string, now time.Time) (ma
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows.Close()
-	return out, br.Close()
+	return out, done()
 }
 
 // QueueStatsMany counts several queues in one statement; ids that are no
