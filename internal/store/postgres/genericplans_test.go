@@ -37,7 +37,7 @@ var bigTables = regexp.MustCompile(`Seq Scan on (messages|stories|dedup_records|
 // and fails under CI, where both are there.
 func TestGenericPlansProbe(t *testing.T) {
 	base := pgtest.URL(t)
-	s := OpenTest(t)
+	s := openURL(t, base)
 	ctx := t.Context()
 	if _, err := s.pool.Exec(ctx, `LOAD 'auto_explain'`); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -45,23 +45,13 @@ func TestGenericPlansProbe(t *testing.T) {
 		}
 		t.Skipf("auto_explain cannot be loaded here (superuser and the module are needed): %v", err)
 	}
-	s = openURL(t, base)
 	now := time.Now()
 	type queue struct{ ws, prod, q string }
 	var qs []queue
 	for k := range 2 {
 		ws, prod, q := setupQueue(t, s, 2)
 		qs = append(qs, queue{ws, prod, q})
-		for i := 0; i < 3000; i += 100 {
-			var msgs []bus.PublishMessage
-			for j := i; j < i+100; j++ {
-				msgs = append(msgs, testMessage(fmt.Sprint("m-", k, "-", j), fmt.Sprint("story-", j%1000)))
-			}
-			if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod, Messages: msgs,
-				Now: now.Add(-time.Minute), DedupWindow: time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		publishStories(t, s, ws, prod, fmt.Sprint("m-", k, "-"), 0, 3000, now.Add(-time.Minute))
 	}
 	if _, err := s.pool.Exec(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)

@@ -20,24 +20,11 @@ func TestQueueStatsFlatWithDepth(t *testing.T) {
 	s := OpenTest(t)
 	ctx := t.Context()
 	now := time.Now()
-	publish := func(ws, prod string, first, count int, at time.Time) {
-		t.Helper()
-		for i := 0; i < count; i += 100 {
-			var msgs []bus.PublishMessage
-			for j := i; j < min(i+100, count); j++ {
-				msgs = append(msgs, testMessage(fmt.Sprint("m-", first+j), fmt.Sprint("story-", (first+j)%1000)))
-			}
-			if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-				Messages: msgs, Now: at, DedupWindow: time.Minute}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	// Another queue's messages, all older than this queue's.
 	wsB, prodB, _ := setupQueue(t, s, 5)
-	publish(wsB, prodB, 0, 3000, now.Add(-time.Hour))
+	publishStories(t, s, wsB, prodB, "m-", 0, 3000, now.Add(-time.Hour))
 	ws, prod, q := setupQueue(t, s, 5)
-	publish(ws, prod, 0, 10, now.Add(-time.Second))
+	publishStories(t, s, ws, prod, "m-", 0, 10, now.Add(-time.Second))
 	// Three heads out, in flight, older than every ready message to come
 	// (three of the seven ready are as old).
 	if res, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 3, Visibility: time.Minute, Now: now}); err != nil || len(res.Deliveries) != 3 {
@@ -105,7 +92,7 @@ func TestQueueStatsFlatWithDepth(t *testing.T) {
 		}
 	}()
 	shallow := looked(7)
-	publish(ws, prod, 10, 3000, now)
+	publishStories(t, s, ws, prod, "m-", 10, 3000, now)
 	deep := looked(3007)
 	// And on plans made with the tables' statistics, as autovacuum's
 	// analyze gives them once a table has changed enough.
@@ -116,5 +103,22 @@ func TestQueueStatsFlatWithDepth(t *testing.T) {
 	t.Logf("the counts looked at %d rows with 7 ready, %d with 3,007, %d with 3,007 analyzed", shallow, deep, analyzed)
 	if deep > shallow+20 || analyzed > shallow+20 {
 		t.Errorf("the counts looked at %d and %d (analyzed) rows with 3,007 ready against %d with 7: they grow with the depth", deep, analyzed, shallow)
+	}
+}
+
+// publishStories publishes count messages to ws as prod at at, in batches
+// of 100: ids prefix followed by first, first+1, …, each on the story
+// story-<its number mod 1,000>.
+func publishStories(t testing.TB, s *Store, ws, prod, prefix string, first, count int, at time.Time) {
+	t.Helper()
+	for i := 0; i < count; i += 100 {
+		var msgs []bus.PublishMessage
+		for j := first + i; j < first+min(i+100, count); j++ {
+			msgs = append(msgs, testMessage(fmt.Sprint(prefix, j), fmt.Sprint("story-", j%1000)))
+		}
+		if _, err := s.MessagePublish(t.Context(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: msgs, Now: at, DedupWindow: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
