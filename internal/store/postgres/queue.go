@@ -31,6 +31,10 @@ func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (
 func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error) {
 	var n int
 	_, err := s.write(ctx, func(tx pgx.Tx, _ *waker) error {
+		// The queue's part of each table, whatever the plan.
+		if err := probePlan(ctx, tx); err != nil {
+			return err
+		}
 		// Lock the stories first (in the usual order) and delete the
 		// messages in a later statement: it then sees every message that a
 		// publisher committed before letting go of a story.
@@ -99,6 +103,10 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (int, error) {
 	var n int
 	_, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+		// The queue's dead letters and stories, whatever the plan.
+		if err := probePlan(ctx, tx); err != nil {
+			return err
+		}
 		// nil is NULL (all); an empty non-nil slice is an empty array (none).
 		rows, err := tx.Query(ctx, `DELETE FROM dead_letters
 			WHERE queue_id = $1 AND ($2::text[] IS NULL OR message_id = ANY($2))
@@ -188,6 +196,11 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			var deleted int
 			var more bool
 			woken, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+				// Through messages_enqueued and the stories' keys,
+				// whatever the plan.
+				if err := probePlan(ctx, tx); err != nil {
+					return err
+				}
 				var err error
 				deleted, more, err = expireMessages(ctx, tx, w, now, cutoff)
 				return err

@@ -56,6 +56,10 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, error) {
 	var n int
 	err := s.run(ctx, false, func(tx pgx.Tx) error {
+		// Through queue_samples_at, whatever the plan.
+		if err := probePlan(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM sample_rounds WHERE at < $1`, ms(before)); err != nil {
 			return err
 		}
@@ -76,6 +80,10 @@ func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, er
 func (s *Store) QueueSamples(ctx context.Context, queueID string, since time.Time) ([]bus.QueueSample, error) {
 	var out []bus.QueueSample
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
+		// The queue's part of queue_samples, whatever the plan.
+		if err := probePlan(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT at FROM sample_rounds WHERE at >= $1 ORDER BY at`, ms(since))
 		if err != nil {
 			return err
