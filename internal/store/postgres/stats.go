@@ -76,8 +76,8 @@ func scanCounts(rows pgx.Rows, n int64, lead ...any) (bus.QueueStats, error) {
 // whose every read has an index but whose generic plan, made without the
 // values, may read a whole table instead: the counts of queues
 // (queueCountFrom, queueTotalsFrom), the dead-letter list and redrive, the
-// purge, the retention, the samples and the background sweeps of records
-// past their windows (TestGenericPlansProbe). A connection runs a
+// purge, the samples and the background sweeps of records past their
+// windows (TestGenericPlansProbe). A connection runs a
 // prepared statement on its generic plan when an operator forces it
 // (plan_cache_mode) or when that plan does not look dearer than the plans
 // for the values: made on analyzed tables holding one or two big queues,
