@@ -34,9 +34,12 @@ var bigTables = regexp.MustCompile(`Seq Scan on (messages|stories|dedup_records|
 // dearer than the plans for the values), on analyzed tables of two queues,
 // and fails when a plan reads one of bigTables whole. auto_explain, loaded
 // into the store's sessions, sends each plan as a notice. The counts, the
-// dead-letter list, the redrive, the purge, the retention, the samples'
-// reads and prune, and the sweeps of dead letters and ack records did
-// before they ran under probePlanSQL.
+// dead-letter list, the redrive, the purge, the samples' reads and prune,
+// and the sweeps of dead letters and ack records did before they ran under
+// probePlanSQL. Nodes that never ran are not counted. It does not see a
+// whole index walked with only a filter: the retention's search for
+// expired messages does that on its generic plan (docs/benchmarks.md, the
+// twentieth round's next steps).
 //
 // It needs the database's superuser (to preload auto_explain into a
 // session) and PostgreSQL's auto_explain module: it skips without them,
@@ -72,8 +75,10 @@ func TestGenericPlansProbe(t *testing.T) {
 			mu.Unlock()
 		}
 	}
+	t.Cleanup(func() { noticeHook = nil }) // also when Open fails
 	a := openURL(t, base+"&session_preload_libraries=auto_explain&auto_explain.log_min_duration=0"+
-		"&auto_explain.log_nested_statements=on&plan_cache_mode=force_generic_plan&client_min_messages=log")
+		"&auto_explain.log_analyze=on&auto_explain.log_nested_statements=on"+
+		"&plan_cache_mode=force_generic_plan&client_min_messages=log")
 	noticeHook = nil
 
 	q := qs[0]
@@ -130,7 +135,7 @@ func TestGenericPlansProbe(t *testing.T) {
 		t.Fatalf("%d dead letters, %v; want the 10 heads received three times", len(dl), err)
 	}
 	// A round of background work in which nothing has expired yet, the
-	// usual case: each sweep must find that out without reading its table.
+	// usual case.
 	if _, err := a.Maintain(ctx, &bus.MaintainParams{Now: now, Retention: 24 * time.Hour,
 		DeadLetterRetention: 7 * 24 * time.Hour, AttemptWindow: 5 * time.Minute, DedupWindow: time.Hour,
 		AckRecordWindow: time.Hour}); err != nil {
@@ -180,8 +185,12 @@ func TestGenericPlansProbe(t *testing.T) {
 		t.Fatalf("only %d plans came as notices: is auto_explain loaded into the sessions?", len(plans))
 	}
 	for _, p := range plans {
-		if m := bigTables.FindString(p); m != "" {
-			t.Errorf("a generic plan has %s:\n%s", m, p)
+		for _, line := range strings.Split(p, "\n") {
+			// A node that never ran read nothing (a subplan for a case
+			// that did not arise).
+			if m := bigTables.FindString(line); m != "" && !strings.Contains(line, "never executed") {
+				t.Errorf("a generic plan has %s:\n%s", m, p)
+			}
 		}
 	}
 	t.Logf("%d plans, none reading a big table whole", len(plans))
