@@ -37,9 +37,9 @@ var bigTables = regexp.MustCompile(`Seq Scan on (messages|stories|dedup_records|
 // dead-letter list, the redrive, the purge, the samples' reads and prune,
 // and the sweeps of dead letters and ack records did before they ran under
 // probePlanSQL. Nodes that never ran are not counted. It does not see a
-// whole index walked with only a filter: the retention's search for
-// expired messages does that on its generic plan (docs/benchmarks.md, the
-// twentieth round's next steps).
+// whole index walked with only a filter (the retention's search for
+// expired messages did that on its generic plan until it searched
+// messages_enqueued in order).
 //
 // It needs the database's superuser (to preload auto_explain into a
 // session) and PostgreSQL's auto_explain module: it skips without them,
