@@ -90,10 +90,7 @@ func TestGenericPlansProbe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var hs []bus.Handle
-		for _, d := range res.Deliveries {
-			hs = append(hs, d.Handle)
-		}
+		hs := handlesOf(res)
 		// Released at a time before every other story's, the same heads
 		// come first again, until their third receive moves them.
 		settle, at := a.MessageAck, now
@@ -108,11 +105,7 @@ func TestGenericPlansProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hs []bus.Handle
-	for _, d := range res.Deliveries {
-		hs = append(hs, d.Handle)
-	}
-	if _, err := a.MessageAck(ctx, &bus.SettleParams{QueueID: qs[1].q, Handles: hs, Now: now}); err != nil {
+	if _, err := a.MessageAck(ctx, &bus.SettleParams{QueueID: qs[1].q, Handles: handlesOf(res), Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	// A duplicate id: the full publish. A fresh one: the quick publish.
@@ -194,4 +187,13 @@ func TestGenericPlansProbe(t *testing.T) {
 		}
 	}
 	t.Logf("%d plans, none reading a big table whole", len(plans))
+}
+
+// handlesOf returns the receipt handles of res's deliveries.
+func handlesOf(res *bus.ReceiveResult) []bus.Handle {
+	hs := make([]bus.Handle, len(res.Deliveries))
+	for i, d := range res.Deliveries {
+		hs[i] = d.Handle
+	}
+	return hs
 }

@@ -165,11 +165,7 @@ func TestWALPerMessage(t *testing.T) {
 				return
 			}
 			b := lsn()
-			var hs []bus.Handle
-			for _, d := range r.Deliveries {
-				hs = append(hs, d.Handle)
-			}
-			if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: time.Now()}); err != nil {
+			if _, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handlesOf(r), Now: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
 			recv, ack = append(recv, [2]string{a, b}), append(ack, [2]string{b, lsn()})
