@@ -36,7 +36,9 @@ import (
 //     story's cnt messages of this call takes seq tail_seq - cnt + k. They
 //     come from the upsert's own rows (the latest version of each story,
 //     which it locked), not from a read of stories, whose snapshot would
-//     predate a concurrent publisher's commit.
+//     predate a concurrent publisher's commit. Each row's envelope is cut
+//     out of $20, the call's envelopes back to back (each once, however
+//     many queues it goes to), at its offset $19 and length $21.
 //
 // The answer is one row of ok joined with each story row: its queue, and
 // whether the upsert created it.
@@ -65,9 +67,10 @@ const quickPublishSQL = `WITH d AS (
 	), m AS (
 		INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
 			correlation_id, producer_id, enqueued_at, envelope)
-		SELECT s.id, s.tail_seq - t.cnt + t.k, t.q, t.mid, t.mtype, t.topic, t.corr, $1, $2::bigint, t.env
+		SELECT s.id, s.tail_seq - t.cnt + t.k, t.q, t.mid, t.mtype, t.topic, t.corr, $1, $2::bigint,
+			substring($20::bytea FROM t.off FOR t.len)
 		FROM unnest($11::text[], $12::text[], $13::bigint[], $14::bigint[], $15::text[], $16::text[],
-			$17::text[], $18::text[], $19::bytea[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, env)
+			$17::text[], $18::text[], $19::int[], $21::int[]) AS t(q, key, k, cnt, mid, mtype, topic, corr, off, len)
 		JOIN s ON s.queue_id = t.q AND s.story_key = t.key
 	)
 	SELECT ok.v, s.queue_id, s.created FROM ok LEFT JOIN s ON true`
@@ -124,6 +127,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	type row struct {
 		ref storyRef
 		m   *bus.PublishMessage
+		i   int // m's index in p.Messages
 		k   int64
 	}
 	var rows []row
@@ -137,7 +141,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 			if _, ok := rank[r]; !ok {
 				rank[r] = int32(len(rank) + 1)
 			}
-			rows = append(rows, row{ref: r, m: m, k: counts[r]})
+			rows = append(rows, row{ref: r, m: m, i: i, k: counts[r]})
 		}
 	}
 	// Dedup records sorted by message id, the lock order.
@@ -160,22 +164,32 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	var (
 		mq, mk, mmid, mtype, mtopic, mcorr = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		mkk, mcnt                          = make([]int64, n), make([]int64, n)
-		menv                               = make([][]byte, n)
+		moff, mlen                         = make([]int32, n), make([]int32, n)
 	)
+	// The envelopes back to back in one parameter, each once however many
+	// queues it goes to: a row cuts its own out by offset (from 1, as
+	// substring counts) and length. A bytea[] of one envelope a row cost
+	// the node more (each run, pgx grows an array's encoding from nothing).
+	size := 0
+	for i := range p.Messages {
+		size += len(p.Messages[i].Envelope)
+	}
+	envs, off := make([]byte, 0, size), make([]int32, len(p.Messages))
 	for i, r := range rows {
+		if off[r.i] == 0 {
+			off[r.i] = int32(len(envs)) + 1
+			envs = append(envs, r.m.Envelope...)
+		}
 		mq[i], mk[i], mkk[i], mcnt[i] = r.ref.queue, r.ref.key, r.k, counts[r.ref]
 		mmid[i], mtype[i], mtopic[i], mcorr[i] = r.m.MessageID, r.m.MessageType, r.m.Topic, r.m.CorrelationID
-		menv[i] = r.m.Envelope
-		if menv[i] == nil {
-			menv[i] = []byte{} // NOT NULL column; an empty envelope stays empty
-		}
+		moff[i], mlen[i] = off[r.i], int32(len(r.m.Envelope))
 	}
 
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(quickPublishGenericPlans)
 	b.Queue(quickPublishSQL, p.ProducerID, now, mids, dels, p.WorkspaceID, version,
-		qs, ks, ns, rs, mq, mk, mkk, mcnt, mmid, mtype, mtopic, mcorr, menv)
+		qs, ks, ns, rs, mq, mk, mkk, mcnt, mmid, mtype, mtopic, mcorr, moff, envs, mlen)
 	b.Queue(`COMMIT`)
 
 	w := &waker{}

@@ -42,7 +42,7 @@ func warmPublish(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) error
 		b.Queue(quickPublishGenericPlans)
 		b.Queue(quickPublishSQL, "", int64(0), []string{}, []int32{}, "", int64(0),
 			[]string{}, []string{}, []int64{}, []int32{}, []string{}, []string{}, []int64{}, []int64{},
-			[]string{}, []string{}, []string{}, []string{}, [][]byte{})
+			[]string{}, []string{}, []string{}, []string{}, []int32{}, []byte{}, []int32{})
 		b.Queue(`COMMIT`)
 		return conn.SendBatch(ctx, b).Close()
 	}()
