@@ -31,15 +31,20 @@ const bigTables = `(messages|stories|dedup_records|ack_records|dead_letters|queu
 
 var (
 	bigSeqScan   = regexp.MustCompile(`Seq Scan on ` + bigTables)
-	bigIndexScan = regexp.MustCompile(`Index (Only )?Scan (Backward )?using \S+ on ` + bigTables)
+	bigIndexScan = regexp.MustCompile(`Index (?:Only )?Scan (?:Backward )?using (\S+) on ` + bigTables)
 )
 
 // wholeReads returns the nodes of plan (auto_explain's text form) that
-// read one of bigTables whole: a sequential scan, or an index scan without
-// an Index Cond among its details (the lines under it, indented deeper,
-// before its first child). A node that never ran read nothing (a subplan
-// for a case that did not arise) and is left out.
-func wholeReads(plan string) []string {
+// read one of bigTables whole: a sequential scan, or an index scan whose
+// Index Cond (among its details: the lines under it, indented deeper,
+// before its first child) does not bound the index's first column, as
+// leading gives it by index name. Without such a bound the scan walks the
+// index from end to end: with no Index Cond at all, with one only on
+// later columns, or with only "IS NOT NULL" on the first (which min() and
+// max() add). A bound that is a range may still read much of the index;
+// this sees only whether there is one. A node that never ran read nothing
+// (a subplan for a case that did not arise) and is left out.
+func wholeReads(plan string, leading map[string]string) []string {
 	var out []string
 	lines := strings.Split(plan, "\n")
 	for i, line := range lines {
@@ -50,20 +55,51 @@ func wholeReads(plan string) []string {
 			out = append(out, strings.TrimSpace(line))
 			continue
 		}
-		if !bigIndexScan.MatchString(line) {
+		m := bigIndexScan.FindStringSubmatch(line)
+		if m == nil {
 			continue
 		}
-		indent, cond := len(line)-len(strings.TrimLeft(line, " ")), false
+		first, bounded := leading[m[1]], false
+		column := regexp.MustCompile(`\b` + regexp.QuoteMeta(first) + `\b`)
+		indent := len(line) - len(strings.TrimLeft(line, " "))
 		for _, d := range lines[i+1:] {
 			text := strings.TrimLeft(d, " ")
 			if strings.HasPrefix(text, "->") || len(d)-len(text) <= indent {
 				break
 			}
-			cond = cond || strings.HasPrefix(text, "Index Cond:")
+			if cond, ok := strings.CutPrefix(text, "Index Cond:"); ok && first != "" {
+				cond = strings.ReplaceAll(cond, first+" IS NOT NULL", "")
+				bounded = column.MatchString(cond)
+			}
 		}
-		if !cond {
+		if !bounded {
 			out = append(out, strings.TrimSpace(line))
 		}
+	}
+	return out
+}
+
+// leadingColumns returns the first column of each index of s's schema by
+// index name (expression indexes left out).
+func leadingColumns(t *testing.T, s *Store) map[string]string {
+	t.Helper()
+	rows, err := s.pool.Query(t.Context(), `SELECT c.relname::text, a.attname::text
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE c.relnamespace = current_schema()::regnamespace`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var index, column string
+		if err := rows.Scan(&index, &column); err != nil {
+			t.Fatal(err)
+		}
+		out[index] = column
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -107,7 +143,7 @@ func TestGenericPlansProbe(t *testing.T) {
 	// found by walking queue_samples_at back from the newest (the cheap
 	// plan on a table of a few rows), it is all of these.
 	if _, err := s.pool.Exec(ctx, `INSERT INTO queue_samples (queue_id, at, ready, in_flight, delayed, dead_letters)
-		SELECT 'q-other-' || q, $1::bigint + t * 1000, t, 0, 0, 0 FROM generate_series(1, 200) q, generate_series(1, 100) t`,
+		SELECT 'q-other-' || q, $1::bigint + t * 36000, t, 0, 0, 0 FROM generate_series(1, 200) q, generate_series(1, 100) t`,
 		ms(now.Add(-time.Hour))); err != nil {
 		t.Fatal(err)
 	}
@@ -221,13 +257,14 @@ func TestGenericPlansProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	leading := leadingColumns(t, s)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(plans) < 20 {
 		t.Fatalf("only %d plans came as notices: is auto_explain loaded into the sessions?", len(plans))
 	}
 	for _, p := range plans {
-		for _, node := range wholeReads(p) {
+		for _, node := range wholeReads(p, leading) {
 			t.Errorf("a generic plan reads a big table whole (%s):\n%s", node, p)
 		}
 	}
@@ -237,10 +274,20 @@ func TestGenericPlansProbe(t *testing.T) {
 // TestWholeReads holds wholeReads to plans in auto_explain's text form:
 // the samples' search for a queue's latest sample walking queue_samples_at
 // with a filter (as it planned on a table of a few rows) is a whole read,
-// the same search on the primary key is not, nor is a node that never ran.
+// and so are a max() whose only bound is the IS NOT NULL it adds, and a
+// bound on a later column of the index only; a seek on the first column,
+// a range on it, and a node that never ran are not.
 func TestWholeReads(t *testing.T) {
+	leading := map[string]string{"queue_samples_at": "at", "queue_samples_pkey": "queue_id",
+		"messages_pkey": "story_id", "messages_enqueued": "enqueued_at", "dedup_records_pkey": "producer_id",
+		"ack_records_pkey": "queue_id", "stories_ready": "queue_id"}
 	const plan = `Query Text: INSERT INTO queue_samples …
 Insert on queue_samples  (cost=0.57..9.87 rows=1 width=56) (actual time=0.101..0.102 rows=0 loops=1)
+  InitPlan 1 (returns $0)
+    ->  Limit  (actual time=0.010..0.010 rows=1 loops=1)
+          ->  Index Only Scan Backward using queue_samples_at on queue_samples q  (actual time=0.010..0.010 rows=1 loops=1)
+                Index Cond: (at IS NOT NULL)
+                Heap Fetches: 0
   ->  Nested Loop Left Join  (cost=0.57..9.86 rows=1 width=56) (actual time=0.080..0.090 rows=2 loops=1)
         ->  Index Scan using connections_workspace on connections c  (actual time=0.010..0.012 rows=2 loops=1)
               Index Cond: (kind = 'consumer'::text)
@@ -248,19 +295,24 @@ Insert on queue_samples  (cost=0.57..9.87 rows=1 width=56) (actual time=0.101..0
               ->  Index Scan Backward using queue_samples_at on queue_samples l  (actual time=0.020..0.020 rows=1 loops=2)
                     Filter: (queue_id = c.id)
                     Rows Removed by Filter: 40
-              ->  Index Scan Backward using queue_samples_pkey on queue_samples l2  (actual time=0.004..0.004 rows=1 loops=2)
-                    Index Cond: (queue_id = c.id)
+        ->  Index Scan Backward using queue_samples_pkey on queue_samples l2  (actual time=0.004..0.004 rows=1 loops=2)
+              Index Cond: ((queue_id = c.id) AND (at <= $2) AND (at IS NOT NULL))
         ->  Seq Scan on stories s  (never executed)
         ->  Seq Scan on dead_letters d  (actual time=0.004..0.004 rows=0 loops=1)
               Filter: (queue_id = $1)
         ->  Index Only Scan using messages_pkey on messages m  (actual time=0.004..0.004 rows=0 loops=1)
-  SubPlan 1
+              Index Cond: (seq = 1)
+        ->  Index Scan using messages_enqueued on messages e  (actual time=0.004..0.004 rows=0 loops=1)
+              Index Cond: (enqueued_at <= $3)
+        ->  Index Scan using stories_ready on stories r  (never executed)
+  SubPlan 2
     ->  Index Scan using dedup_records_pkey on dedup_records r  (actual time=0.004..0.004 rows=0 loops=1)
           Filter: (producer_id = $2)
-  ->  Index Scan using ack_records_pkey on ack_records a  (actual time=0.004..0.004 rows=0 loops=1)
-        Index Cond: (queue_id = $3)`
-	got := wholeReads(plan)
+Index Scan using ack_records_pkey on ack_records a  (actual time=0.004..0.004 rows=0 loops=1)
+  Index Cond: (queue_id = $3)`
+	got := wholeReads(plan, leading)
 	want := []string{
+		"->  Index Only Scan Backward using queue_samples_at on queue_samples q  (actual time=0.010..0.010 rows=1 loops=1)",
 		"->  Index Scan Backward using queue_samples_at on queue_samples l  (actual time=0.020..0.020 rows=1 loops=2)",
 		"->  Seq Scan on dead_letters d  (actual time=0.004..0.004 rows=0 loops=1)",
 		"->  Index Only Scan using messages_pkey on messages m  (actual time=0.004..0.004 rows=0 loops=1)",

@@ -176,7 +176,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	}
 	envs, off := make([]byte, 0, size), make([]int32, len(p.Messages))
 	for i, r := range rows {
-		if off[r.i] == 0 {
+		if off[r.i] == 0 { // not in envs yet: offsets start at 1
 			off[r.i] = int32(len(envs)) + 1
 			envs = append(envs, r.m.Envelope...)
 		}

@@ -11,10 +11,10 @@ import (
 )
 
 // TestQuickPublishEnvelopes publishes through the quick path, which sends a
-// call's envelopes back to back in one parameter, each once, and cuts each
-// row's out by offset and length: every queue gets every message's own
-// envelope byte for byte, an empty one included, whatever the envelopes
-// around it and however many queues a message goes to.
+// call's envelopes back to back in one parameter and cuts each row's out
+// by offset and length: every queue gets every message's own envelope byte
+// for byte, an empty one included, whatever the envelopes around it and
+// however many queues a message goes to.
 func TestQuickPublishEnvelopes(t *testing.T) {
 	t.Parallel()
 	s := openURL(t, pgtest.URL(t))
