@@ -57,7 +57,14 @@ func TestWarmPublish(t *testing.T) {
 	ctx := context.Background()
 	// Three at once: at least two are made after the migrations, which
 	// the pool's first connection ran before the tables existed.
+	// Released however the test ends: the store's Close, a cleanup, waits
+	// for every connection taken from its pool.
 	conns := make([]*pgxpool.Conn, 0, 3)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
 	for range cap(conns) {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
@@ -65,11 +72,6 @@ func TestWarmPublish(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
 	warmed := 0
 	for _, c := range conns {
 		var generic int64
