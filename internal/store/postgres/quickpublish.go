@@ -126,8 +126,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	rank := map[storyRef]int32{}
 	type row struct {
 		ref storyRef
-		m   *bus.PublishMessage
-		i   int // m's index in p.Messages
+		i   int // the message's index in p.Messages
 		k   int64
 	}
 	var rows []row
@@ -141,7 +140,7 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 			if _, ok := rank[r]; !ok {
 				rank[r] = int32(len(rank) + 1)
 			}
-			rows = append(rows, row{ref: r, m: m, i: i, k: counts[r]})
+			rows = append(rows, row{ref: r, i: i, k: counts[r]})
 		}
 	}
 	// Dedup records sorted by message id, the lock order.
@@ -176,13 +175,14 @@ func (s *Store) quickPublish(ctx context.Context, p *bus.PublishParams) (out []b
 	}
 	envs, off := make([]byte, 0, size), make([]int32, len(p.Messages))
 	for i, r := range rows {
+		m := &p.Messages[r.i]
 		if off[r.i] == 0 { // not in envs yet: offsets start at 1
 			off[r.i] = int32(len(envs)) + 1
-			envs = append(envs, r.m.Envelope...)
+			envs = append(envs, m.Envelope...)
 		}
 		mq[i], mk[i], mkk[i], mcnt[i] = r.ref.queue, r.ref.key, r.k, counts[r.ref]
-		mmid[i], mtype[i], mtopic[i], mcorr[i] = r.m.MessageID, r.m.MessageType, r.m.Topic, r.m.CorrelationID
-		moff[i], mlen[i] = off[r.i], int32(len(r.m.Envelope))
+		mmid[i], mtype[i], mtopic[i], mcorr[i] = m.MessageID, m.MessageType, m.Topic, m.CorrelationID
+		moff[i], mlen[i] = off[r.i], int32(len(m.Envelope))
 	}
 
 	b := &pgx.Batch{}
