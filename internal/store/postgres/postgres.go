@@ -112,6 +112,12 @@ type Store struct {
 	bgClosed bool
 	bg       sync.WaitGroup
 
+	// vacuuming is set while a vacuum of the busy tables runs (vacuum.go);
+	// stop ends with Close, and cancels it.
+	vacuuming atomic.Bool
+	stop      context.Context
+	stopFn    context.CancelFunc
+
 	closeOnce sync.Once
 }
 
@@ -205,8 +211,10 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	}
 	s := &Store{pool: pool, quick: quick, logger: logger, publishes: newPublishGatherer(),
 		receives: newReceiveGatherer(), acks: newAckGatherer(), idleChecks: newIdleGatherer()}
+	s.stop, s.stopFn = context.WithCancel(context.Background())
 	s.notify = newNotifier(s)
 	if err := s.migrate(ctx); err != nil {
+		s.stopFn()
 		quick.Close()
 		pool.Close()
 		return nil, err
@@ -230,6 +238,7 @@ func (s *Store) Close() error {
 		s.bgMu.Lock()
 		s.bgClosed = true
 		s.bgMu.Unlock()
+		s.stopFn() // a vacuum under way ends; writes run to their end
 		s.bg.Wait()
 		s.notify.close()
 		s.quick.Close()

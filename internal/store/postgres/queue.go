@@ -153,8 +153,9 @@ func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (in
 const maintainBatch = 500
 
 // Maintain does one round of background work, in several short
-// transactions. A zero duration in p turns its part off. Expired counts
-// the messages dropped by retention.
+// transactions, and starts a vacuum of the busy tables that need one
+// (vacuum.go), which runs on after it returns. A zero duration in p turns
+// its part off. Expired counts the messages dropped by retention.
 func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.MaintainResult, error) {
 	res := &bus.MaintainResult{}
 	all := &waker{}
@@ -241,6 +242,8 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			return nil, fmt.Errorf("maintain: %w", err)
 		}
 	}
+	// (d) The busy tables' dead rows, in the background (vacuum.go).
+	s.startVacuum()
 	res.Woken = all.list()
 	return res, nil
 }
