@@ -20,10 +20,10 @@ import (
 // PostgreSQL's autovacuum visits a database at most once a
 // autovacuum_naptime (a minute by default), and not at all when it is
 // turned off. Under a sustained load that is far too seldom: in a minute
-// of publishing and draining 5,000 messages a second, the 1,000 live rows
-// of stories left 600,000 dead ones, its indexes grew from 270 to 5,600
-// pages and the rate fell by half (docs/benchmarks.md, the twenty-second
-// round). So each node checks these tables at every maintenance round
+// of publishing and draining about 4,000 messages a second, the 1,000 live
+// rows of stories left 600,000 dead ones, its indexes grew to 5,600 pages
+// (250 when vacuumed every second) and the rate fell by half
+// (docs/benchmarks.md, the twenty-second round). So each node checks these tables at every maintenance round
 // (every second) and vacuums those that passed autovacuum's own threshold.
 var vacuumTables = []string{"stories", "messages", "queue_counts", "ack_records", "dedup_records", "attempts"}
 
