@@ -112,11 +112,12 @@ type Store struct {
 	bgClosed bool
 	bg       sync.WaitGroup
 
-	// vacuuming is set while a vacuum of the busy tables runs (vacuum.go);
-	// stop ends with Close, and cancels it.
-	vacuuming atomic.Bool
-	stop      context.Context
-	stopFn    context.CancelFunc
+	// vac is the node's vacuums of the busy tables (vacuum.go); stop ends
+	// with Close, and cancels them.
+	vacMu  sync.Mutex
+	vac    vacuums
+	stop   context.Context
+	stopFn context.CancelFunc
 
 	closeOnce sync.Once
 }
@@ -210,7 +211,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		return nil, fmt.Errorf("postgres: connect: %w", interpretError(err))
 	}
 	s := &Store{pool: pool, quick: quick, logger: logger, publishes: newPublishGatherer(),
-		receives: newReceiveGatherer(), acks: newAckGatherer(), idleChecks: newIdleGatherer()}
+		receives: newReceiveGatherer(), acks: newAckGatherer(), idleChecks: newIdleGatherer(), vac: newVacuums()}
 	s.stop, s.stopFn = context.WithCancel(context.Background())
 	s.notify = newNotifier(s)
 	if err := s.migrate(ctx); err != nil {

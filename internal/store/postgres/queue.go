@@ -160,6 +160,9 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 	res := &bus.MaintainResult{}
 	all := &waker{}
 	now := ms(p.Now)
+	// After the steps below, whether or not they fail: a vacuum of the
+	// busy tables that need one, in the background (vacuum.go).
+	defer s.startVacuum()
 
 	// (a) Dead-letter move of exhausted heads visible again, every queue.
 	for {
@@ -242,8 +245,6 @@ func (s *Store) Maintain(ctx context.Context, p *bus.MaintainParams) (*bus.Maint
 			return nil, fmt.Errorf("maintain: %w", err)
 		}
 	}
-	// (d) The busy tables' dead rows, in the background (vacuum.go).
-	s.startVacuum()
 	res.Woken = all.list()
 	return res, nil
 }
