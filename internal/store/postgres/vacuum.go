@@ -116,17 +116,31 @@ func (s *Store) startVacuum() {
 }
 
 // vacuumDue returns the tables due for a vacuum (none when the read
-// fails, which is logged).
+// fails, which is logged at most once a vacuumWarnEvery: while the
+// database is unreachable, the round's other steps already say so every
+// second).
 func (s *Store) vacuumDue(ctx context.Context) []string {
 	rows, err := s.pool.Query(ctx, vacuumDueSQL, vacuumTables)
 	var due []string
 	if err == nil {
 		due, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && s.vacuumWarn("") {
 		s.logger.Warn("postgres: reading which tables to vacuum failed", "err", err)
 	}
 	return due
+}
+
+// vacuumWarn reports whether a failure of table's vacuum ("": of the read
+// of the tables due) is to be logged now, at most once a vacuumWarnEvery.
+func (s *Store) vacuumWarn(table string) bool {
+	s.vacMu.Lock()
+	defer s.vacMu.Unlock()
+	if time.Since(s.vac.warned[table]) < vacuumWarnEvery {
+		return false
+	}
+	s.vac.warned[table] = time.Now()
+	return true
 }
 
 // vacuumTable vacuums table, outside any transaction (as VACUUM must), on
@@ -139,11 +153,8 @@ func (s *Store) vacuumTable(table string) {
 	s.vacMu.Lock()
 	delete(s.vac.busy, table)
 	s.vac.next[table] = start.Add(vacuumDuty * took)
-	warn := err != nil && s.stop.Err() == nil && time.Since(s.vac.warned[table]) >= vacuumWarnEvery
-	if warn {
-		s.vac.warned[table] = time.Now()
-	}
 	s.vacMu.Unlock()
+	warn := err != nil && s.stop.Err() == nil && s.vacuumWarn(table)
 	switch {
 	case warn:
 		s.logger.Warn("postgres: vacuum failed", "table", table, "err", err)

@@ -192,3 +192,22 @@ func TestVacuumEndsWithClose(t *testing.T) {
 		t.Fatal("startVacuum after Close started a read of the tables due")
 	}
 }
+
+// TestVacuumWarn: a table's failing vacuum is logged once a
+// vacuumWarnEvery, each table (and the read of the tables due) apart.
+func TestVacuumWarn(t *testing.T) {
+	s := &Store{vac: newVacuums()}
+	if !s.vacuumWarn("stories") || !s.vacuumWarn("") {
+		t.Fatal("the first failures were not to be logged")
+	}
+	if s.vacuumWarn("stories") || s.vacuumWarn("") {
+		t.Fatal("a second failure within vacuumWarnEvery was to be logged")
+	}
+	if !s.vacuumWarn("messages") {
+		t.Fatal("another table's first failure was not to be logged")
+	}
+	s.vac.warned["stories"] = time.Now().Add(-vacuumWarnEvery)
+	if !s.vacuumWarn("stories") {
+		t.Fatal("a failure a vacuumWarnEvery after the last logged one was not to be logged")
+	}
+}
