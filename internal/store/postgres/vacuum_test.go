@@ -40,24 +40,13 @@ func makeDead(ctx context.Context, t *testing.T, s *Store, stmts ...string) {
 
 // vacuumCounts returns vacuum_count (the vacuums other than autovacuum's)
 // of the tables.
-func vacuumCounts(ctx context.Context, t *testing.T, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, tables ...string) map[string]int64 {
+func vacuumCounts(ctx context.Context, t *testing.T, s *Store, tables ...string) map[string]int64 {
 	t.Helper()
-	rows, err := db.Query(ctx, `SELECT t, coalesce(pg_stat_get_vacuum_count(to_regclass(t)), 0) FROM unnest($1::text[]) AS t`, tables)
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]int64{}
-	for rows.Next() {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			t.Fatal(err)
-		}
-		got[name] = n
-	}
-	if err := rows.Err(); err != nil {
+	var name string
+	var n int64
+	rows, _ := s.pool.Query(ctx, `SELECT t, coalesce(pg_stat_get_vacuum_count(to_regclass(t)), 0) FROM unnest($1::text[]) AS t`, tables)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { got[name] = n; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return got
@@ -93,7 +82,7 @@ func TestMaintainVacuums(t *testing.T) {
 		// attempts: none.
 	)
 	tables := []string{"dedup_records", "messages", "ack_records", "attempts"}
-	before := vacuumCounts(ctx, t, s.pool, tables...)
+	before := vacuumCounts(ctx, t, s, tables...)
 
 	rows, err := s.pool.Query(ctx, vacuumDueSQL, vacuumTables)
 	if err != nil {
@@ -112,7 +101,7 @@ func TestMaintainVacuums(t *testing.T) {
 		if _, err := s.Maintain(ctx, &bus.MaintainParams{Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		got := vacuumCounts(ctx, t, s.pool, tables...)
+		got := vacuumCounts(ctx, t, s, tables...)
 		if got["dedup_records"] > before["dedup_records"] && got["messages"] > before["messages"] {
 			if got["ack_records"] != before["ack_records"] || got["attempts"] != before["attempts"] {
 				t.Fatalf("vacuum counts went from %v to %v: ack_records and attempts should not have been vacuumed", before, got)
