@@ -1,7 +1,9 @@
 package loadcheck
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -43,7 +45,6 @@ type Delivery struct {
 // delivery is a Delivery with what became of it.
 type delivery struct {
 	Delivery
-	msg *message
 	// settleSent is when an ack or nack of its handle was first sent:
 	// from then on it may no longer be in flight.
 	settleSent time.Time
@@ -62,38 +63,125 @@ func (d *delivery) end() time.Time {
 	return e
 }
 
-// message is what the checker knows about one message.
+// forgetAfter is how long after its acknowledgement was answered OK the
+// checker keeps what it knows of a message that was accepted, delivered
+// and acknowledged; then only the story's count of such messages remains
+// (see story.base). A delivery recorded later is certainly answered after
+// that acknowledgement, by a later receive: a resurrection. Far longer
+// than a receive's answer takes to be recorded.
+const forgetAfter = time.Minute
+
+// recordSlack bounds how long after its answer was read a delivery is
+// recorded (Delivered): a receiver records its answer's messages at once,
+// and a delivery that ended longer ago than this before the latest one
+// recorded can overlap no delivery recorded from then on. Each delivery
+// recorded is compared with its story's deliveries of this span, so it
+// is short: at 4,000 deliveries a second over 10 stories a minute would
+// be 24,000 comparisons a delivery.
+const recordSlack = 10 * time.Second
+
+// Message flags.
+const (
+	accepted uint8 = 1 << iota
+	delivered
+	acked
+)
+
+// message is what the checker keeps of one message: no pointers, so that a
+// long run's messages cost the garbage collector nothing to scan. Handles
+// are kept as hashes.
 type message struct {
-	id         string
-	story, seq int
-	accepted   bool
-	deliveries []*delivery
-	// ackedAt is when the first acknowledgement answered OK was read,
-	// ackedRC the receive count of the delivery it acknowledged.
-	ackedAt     time.Time
-	ackedHandle string
-	ackedRC     int
+	flags uint8
+	// ackedRC is the receive count of the delivery the first
+	// acknowledgement answered OK acknowledged, ackedHandle its handle,
+	// ackedAt when that answer was read (Unix nanoseconds).
+	ackedRC     int32
+	ackedHandle uint64
+	ackedAt     int64
+	// lastRC, lastHandle and lastAnswered are those of the delivery
+	// recorded with the latest answer.
+	lastRC       int32
+	lastHandle   uint64
+	lastAnswered int64
+}
+
+// resurrects says whether a delivery (receive count rc, handle h,
+// answered at ans) of m comes back after an acknowledgement answered OK:
+// a later delivery (another handle, not an earlier receive count) whose
+// receive was answered after the ack's.
+func (m *message) resurrects(rc int32, h uint64, ans int64) bool {
+	return m.flags&acked != 0 && h != m.ackedHandle && rc >= m.ackedRC && ans > m.ackedAt
 }
 
 // story is what the checker knows about one story.
 type story struct {
-	seqs map[int]*message
+	// base counts the story's first messages that were forgotten: each
+	// was accepted, delivered, and acknowledged OK more than forgetAfter
+	// before. msgs are the messages from base on, by sequence number.
+	base int
+	msgs []message
 	// recent are its deliveries that may still be in flight, or were
 	// recently.
 	recent []*delivery
 }
 
+// maxAhead bounds how far past a story's known messages a delivery's
+// sequence number may go before the checker refuses to make room for it
+// (a corrupt payload must not make it allocate without bound).
+const maxAhead = 1 << 20
+
+// at returns message seq of s, making room for it; nil for a forgotten
+// message or one too far ahead.
+func (s *story) at(seq int) *message {
+	i := seq - s.base
+	if i < 0 || i >= len(s.msgs)+maxAhead {
+		return nil
+	}
+	if i >= len(s.msgs) {
+		s.msgs = append(s.msgs, make([]message, i+1-len(s.msgs))...)
+	}
+	return &s.msgs[i]
+}
+
+// forget drops the story's first messages while they were accepted,
+// delivered and acknowledged OK before cutoff (Unix nanoseconds).
+func (s *story) forget(cutoff int64) {
+	const done = accepted | delivered | acked
+	n := 0
+	for n < len(s.msgs) && s.msgs[n].flags&done == done && s.msgs[n].ackedAt < cutoff {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	s.base += n
+	s.msgs = s.msgs[n:]
+	if len(s.msgs) == 0 {
+		s.msgs = nil // let the array go
+	}
+}
+
+// msgKey names a message by story and sequence number.
+type msgKey struct{ story, seq int }
+
 // Checker checks a run's events as they happen and at the end. Its
 // methods are safe for concurrent use; events must be reported in the
 // order they happened: a settlement before it is sent (SettleSent), a
 // delivery and an acknowledgement after their answers were read.
+//
+// Its memory does not grow with the length of a run: it keeps messages
+// until they are acknowledged and a while after (forgetAfter), and the
+// handles of deliveries until their settlement was answered (Acked,
+// Released).
 type Checker struct {
 	mu         sync.Mutex
-	msgs       map[string]*message
 	stories    map[int]*story
 	handles    map[string]*delivery
 	violations map[string]int64
 	examples   []string
+	// ids are the message ids of messages accepted and not yet
+	// delivered, for the words of a LOST violation.
+	ids map[msgKey]string
 
 	accepted, delivered, deliveries, duplicates, acked int64
 	// ackedAccepted counts the accepted messages acknowledged OK.
@@ -103,26 +191,15 @@ type Checker struct {
 // NewChecker returns a checker with no events.
 func NewChecker() *Checker {
 	return &Checker{
-		msgs: map[string]*message{}, stories: map[int]*story{}, handles: map[string]*delivery{},
+		stories: map[int]*story{}, handles: map[string]*delivery{}, ids: map[msgKey]string{},
 		violations: map[string]int64{RuleLost: 0, RuleOrder: 0, RuleResurrected: 0},
 	}
-}
-
-func (c *Checker) message(id string, st, seq int) *message {
-	m := c.msgs[id]
-	if m == nil {
-		m = &message{id: id, story: st, seq: seq}
-		c.msgs[id] = m
-		s := c.story(st)
-		s.seqs[seq] = m
-	}
-	return m
 }
 
 func (c *Checker) story(st int) *story {
 	s := c.stories[st]
 	if s == nil {
-		s = &story{seqs: map[int]*message{}}
+		s = &story{}
 		c.stories[st] = s
 	}
 	return s
@@ -135,18 +212,32 @@ func (c *Checker) violate(rule, format string, args ...any) {
 	}
 }
 
+// hash is a handle's 64-bit FNV-1a hash.
+func hash(h string) uint64 {
+	x := uint64(14695981039346656037)
+	for i := 0; i < len(h); i++ {
+		x ^= uint64(h[i])
+		x *= 1099511628211
+	}
+	return x
+}
+
 // Accepted records that the bus accepted the publish of message seq of
 // story st (its answer was read).
 func (c *Checker) Accepted(id string, st, seq int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.message(id, st, seq)
-	if !m.accepted {
-		m.accepted = true
-		c.accepted++
-		if !m.ackedAt.IsZero() {
-			c.ackedAccepted++
-		}
+	m := c.story(st).at(seq)
+	if m == nil || m.flags&accepted != 0 {
+		return // forgotten: it was accepted before
+	}
+	m.flags |= accepted
+	c.accepted++
+	if m.flags&acked != 0 {
+		c.ackedAccepted++
+	}
+	if m.flags&delivered == 0 {
+		c.ids[msgKey{st, seq}] = id
 	}
 }
 
@@ -158,32 +249,48 @@ func (c *Checker) Delivered(d Delivery) (first bool) {
 	if _, seen := c.handles[d.Handle]; seen {
 		return false // the same delivery again (a receive retried under its attempt id)
 	}
-	m := c.message(d.MessageID, d.Story, d.Seq)
-	dl := &delivery{Delivery: d, msg: m}
+	s := c.story(d.Story)
+	dl := &delivery{Delivery: d}
 	c.handles[d.Handle] = dl
 	c.deliveries++
-	first = len(m.deliveries) == 0
-	m.deliveries = append(m.deliveries, dl)
-	s := c.story(d.Story)
-	if first {
-		c.delivered++
-		if d.Seq > 0 {
-			if prev := s.seqs[d.Seq-1]; prev == nil || len(prev.deliveries) == 0 {
-				c.violate(RuleOrder, "story %d: message %d (%s) first delivered before message %d", d.Story, d.Seq, d.MessageID, d.Seq-1)
-			}
-		}
-	} else {
+	h, rc, ans := hash(d.Handle), int32(d.ReceiveCount), d.Answered.UnixNano()
+	m := s.at(d.Seq)
+	switch {
+	case m == nil && d.Seq >= s.base:
+		c.violate(RuleOrder, "story %d: message %d (%s) delivered, more than %d past any message known", d.Story, d.Seq, d.MessageID, maxAhead)
+	case m == nil:
+		// Forgotten: accepted, delivered and acknowledged OK more than
+		// forgetAfter ago, and now delivered by a receive answered later.
 		c.duplicates++
-	}
-	if c.resurrects(m, dl) {
-		c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
-			m.id, d.Answered.Format(time.RFC3339Nano), m.ackedAt.Format(time.RFC3339Nano))
+		c.violate(RuleResurrected, "%s delivered again (receive answered %s) more than %s after its ack was answered OK",
+			d.MessageID, d.Answered.Format(time.RFC3339Nano), forgetAfter)
+	default:
+		first = m.flags&delivered == 0
+		if first {
+			m.flags |= delivered
+			delete(c.ids, msgKey{d.Story, d.Seq})
+			c.delivered++
+			if d.Seq > 0 {
+				if prev := s.at(d.Seq - 1); prev != nil && prev.flags&delivered == 0 {
+					c.violate(RuleOrder, "story %d: message %d (%s) first delivered before message %d", d.Story, d.Seq, d.MessageID, d.Seq-1)
+				}
+			}
+		} else {
+			c.duplicates++
+		}
+		if m.resurrects(rc, h, ans) {
+			c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
+				d.MessageID, d.Answered.Format(time.RFC3339Nano), time.Unix(0, m.ackedAt).UTC().Format(time.RFC3339Nano))
+		}
+		if first || ans >= m.lastAnswered {
+			m.lastRC, m.lastHandle, m.lastAnswered = rc, h, ans
+		}
 	}
 	// Two messages of the story in flight together: both certainly held at
 	// one instant, by different receives.
 	kept := s.recent[:0]
 	for _, o := range s.recent {
-		if o.end().Before(d.Answered.Add(-time.Minute)) {
+		if o.end().Before(d.Answered.Add(-recordSlack)) {
 			continue // long over: it can overlap nothing recorded from now on
 		}
 		kept = append(kept, o)
@@ -199,13 +306,6 @@ func (c *Checker) Delivered(d Delivery) (first bool) {
 	return first
 }
 
-// resurrects says whether delivery d of m comes back after an
-// acknowledgement answered OK: a later delivery (another handle, not an
-// earlier receive count) whose receive was answered after the ack's.
-func (c *Checker) resurrects(m *message, d *delivery) bool {
-	return !m.ackedAt.IsZero() && d.Handle != m.ackedHandle && d.ReceiveCount >= m.ackedRC && d.Answered.After(m.ackedAt)
-}
-
 // SettleSent records that an ack or a nack of handle is about to be sent
 // for the first time.
 func (c *Checker) SettleSent(handle string, at time.Time) {
@@ -216,7 +316,8 @@ func (c *Checker) SettleSent(handle string, at time.Time) {
 	}
 }
 
-// Acked records that the bus answered an ack of handle OK at at.
+// Acked records that the bus answered an ack of handle OK at at. The
+// handle's delivery is done: the checker forgets the handle.
 func (c *Checker) Acked(handle string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -224,22 +325,34 @@ func (c *Checker) Acked(handle string, at time.Time) {
 	if d == nil {
 		return
 	}
-	m := d.msg
-	if !m.ackedAt.IsZero() {
+	delete(c.handles, handle)
+	s := c.story(d.Story)
+	m := s.at(d.Seq)
+	if m == nil || m.flags&acked != 0 {
 		return
 	}
-	m.ackedAt, m.ackedHandle, m.ackedRC = at, handle, d.ReceiveCount
+	m.flags |= acked
+	m.ackedAt, m.ackedHandle, m.ackedRC = at.UnixNano(), hash(handle), int32(d.ReceiveCount)
 	c.acked++
-	if m.accepted {
+	if m.flags&accepted != 0 {
 		c.ackedAccepted++
 	}
-	// A redelivery recorded before this answer could be.
-	for _, o := range m.deliveries {
-		if c.resurrects(m, o) {
-			c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
-				m.id, o.Answered.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
-		}
+	// A redelivery recorded before this answer could be (the one
+	// answered last is kept).
+	if m.resurrects(m.lastRC, m.lastHandle, m.lastAnswered) {
+		c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
+			d.MessageID, time.Unix(0, m.lastAnswered).UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
 	}
+	s.forget(at.Add(-forgetAfter).UnixNano())
+}
+
+// Released records that the settlement of handle was answered without an
+// acknowledgement (a release, or a refusal of the handle): its delivery
+// is done, and the checker forgets the handle.
+func (c *Checker) Released(handle string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.handles, handle)
 }
 
 // Counts are the checker's running totals.
@@ -274,10 +387,13 @@ func (c *Checker) Drained() bool {
 // the totals and up to 50 violations described in words.
 func (c *Checker) Finish() (Counts, []string) {
 	c.mu.Lock()
-	for _, m := range c.msgs {
-		if m.accepted && len(m.deliveries) == 0 {
-			c.violate(RuleLost, "%s (story %d, message %d) accepted, never delivered", m.id, m.story, m.seq)
-		}
+	keys := make([]msgKey, 0, len(c.ids))
+	for k := range c.ids {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b msgKey) int { return cmp.Or(cmp.Compare(a.story, b.story), cmp.Compare(a.seq, b.seq)) })
+	for _, k := range keys {
+		c.violate(RuleLost, "%s (story %d, message %d) accepted, never delivered", c.ids[k], k.story, k.seq)
 	}
 	ex := append([]string(nil), c.examples...)
 	c.mu.Unlock()

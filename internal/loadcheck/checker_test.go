@@ -202,3 +202,97 @@ func TestCheckerAckedAgainIsNoResurrection(t *testing.T) {
 	c.Delivered(dl(0, "h0", "r1", 1, 0, 50))
 	want(t, c, 0, 0, 0)
 }
+
+func TestCheckerResurrectedAfterItWasForgotten(t *testing.T) {
+	// Message 0 is acknowledged; a minute later the ack of message 1 makes
+	// the checker forget message 0; a delivery of it after that is still
+	// a resurrection, and message 1's order still holds.
+	c := NewChecker()
+	accept(c, 0, 1, 2)
+	c.Delivered(dl(0, "h0", "r1", 1, 0, 10))
+	c.SettleSent("h0", at(11))
+	c.Acked("h0", at(12))
+	c.Delivered(dl(1, "h1", "r2", 1, 13, 20))
+	c.SettleSent("h1", at(21))
+	c.Acked("h1", at(12+int(forgetAfter/time.Millisecond)+1))
+	if s := c.stories[1]; s.base != 1 || len(s.msgs) != 2 {
+		t.Fatalf("story base %d, %d messages kept; want message 0 forgotten", s.base, len(s.msgs))
+	}
+	if len(c.handles) != 0 {
+		t.Fatalf("%d handles kept after their acks", len(c.handles))
+	}
+	c.Delivered(dl(2, "h2", "r3", 1, 70000, 70010)) // its predecessor known
+	c.SettleSent("h2", at(70011))
+	c.Acked("h2", at(70012))
+	c.Delivered(dl(0, "h0c", "r4", 3, 80000, 80010))
+	counts := want(t, c, 0, 0, 1)
+	if counts.Duplicates != 1 || counts.Deliveries != 4 || !c.Drained() {
+		t.Fatalf("counts %+v drained %v", counts, c.Drained())
+	}
+}
+
+func TestCheckerReleasedHandlesAreForgotten(t *testing.T) {
+	c := NewChecker()
+	accept(c, 0)
+	c.Delivered(dl(0, "h0", "r1", 1, 0, 10))
+	c.SettleSent("h0", at(11))
+	c.Released("h0") // a nack answered
+	c.Delivered(dl(0, "h0b", "r2", 2, 20, 30))
+	c.SettleSent("h0b", at(31))
+	c.Acked("h0b", at(32))
+	if len(c.handles) != 0 || len(c.ids) != 0 {
+		t.Fatalf("kept %d handles and %d ids", len(c.handles), len(c.ids))
+	}
+	counts := want(t, c, 0, 0, 0)
+	if counts.Duplicates != 1 || !c.Drained() {
+		t.Fatalf("counts %+v", counts)
+	}
+}
+
+func TestCheckerLostNamesTheMessage(t *testing.T) {
+	c := NewChecker()
+	c.Accepted("lc-x-1-0", 1, 0)
+	c.Accepted("lc-x-1-1", 1, 1)
+	c.Delivered(dl(0, "h0", "r1", 1, 0, 10))
+	_, ex := c.Finish()
+	if len(ex) != 1 || ex[0] != "LOST: lc-x-1-1 (story 1, message 1) accepted, never delivered" {
+		t.Fatalf("examples %q", ex)
+	}
+}
+
+// TestCheckerMemoryIsBounded runs a long clean run through the checker:
+// what it keeps must not grow with the number of messages.
+func TestCheckerMemoryIsBounded(t *testing.T) {
+	c := NewChecker()
+	// A message every 2 ms of the clock, each story's every 2 s.
+	const stories, perStory = 1000, 200
+	kept := 0
+	for seq := range perStory {
+		for st := range stories {
+			ms := 2 * (seq*stories + st)
+			id := fmt.Sprintf("m-%d-%d", st, seq)
+			h := fmt.Sprintf("h-%d-%d", st, seq)
+			c.Accepted(id, st, seq)
+			c.Delivered(Delivery{MessageID: id, Story: st, Seq: seq, Handle: h, ReceiveID: h, ReceiveCount: 1,
+				Sent: at(ms), Answered: at(ms + 1), Visibility: 30 * time.Second})
+			c.SettleSent(h, at(ms+2))
+			c.Acked(h, at(ms+3))
+		}
+	}
+	for _, s := range c.stories {
+		kept += len(s.msgs)
+	}
+	recent := 0
+	for _, s := range c.stories {
+		recent += len(s.recent)
+	}
+	// A minute of messages is 30 a story, 10 s of deliveries 5 (each
+	// story keeps one more: it lets go when its next message comes).
+	if kept > stories*31 || recent > stories*6 || len(c.handles) != 0 || len(c.ids) != 0 {
+		t.Fatalf("kept %d messages, %d recent deliveries, %d handles, %d ids of %d", kept, recent, len(c.handles), len(c.ids), stories*perStory)
+	}
+	counts := want(t, c, 0, 0, 0)
+	if counts.Accepted != stories*perStory || counts.Acked != stories*perStory || !c.Drained() {
+		t.Fatalf("counts %+v", counts)
+	}
+}

@@ -281,7 +281,7 @@ type run struct {
 	mu                     sync.Mutex
 	errs                   map[string]int64
 	nerrs                  int64
-	e2e, pub, recv, ack    []time.Duration
+	e2e, pub, recv, ack    histogram
 	nacked, stale, foreign int64
 	lastFirst, publishEnd  time.Time
 	phase                  string

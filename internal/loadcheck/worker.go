@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,7 +147,7 @@ func (r *run) receiver(ctx context.Context) error {
 				ReceiveID: attempt, ReceiveCount: m.ReceiveCount, Sent: sent, Answered: answered, Visibility: cfg.Visibility})
 			if first {
 				r.mu.Lock()
-				r.e2e = append(r.e2e, answered.Sub(time.Unix(0, pl.T)))
+				r.e2e.add(answered.Sub(time.Unix(0, pl.T)))
 				r.lastFirst = answered
 				r.mu.Unlock()
 			}
@@ -201,9 +200,15 @@ func (r *run) settle(ctx context.Context, handles []string, ack bool) error {
 			r.ck.Acked(h, at)
 		}
 	} else {
+		for _, h := range res.Settled {
+			r.ck.Released(h)
+		}
 		r.mu.Lock()
 		r.nacked += int64(len(res.Settled))
 		r.mu.Unlock()
+	}
+	for _, f := range res.Failed {
+		r.ck.Released(f.ReceiptHandle)
 	}
 	r.mu.Lock()
 	r.stale += int64(len(res.Failed))
@@ -269,9 +274,9 @@ func (r *run) count(n *int64) {
 	r.mu.Unlock()
 }
 
-func (r *run) sample(s *[]time.Duration, d time.Duration) {
+func (r *run) sample(h *histogram, d time.Duration) {
 	r.mu.Lock()
-	*s = append(*s, d)
+	h.add(d)
 	r.mu.Unlock()
 }
 
@@ -323,22 +328,6 @@ func (r *run) progress(done <-chan struct{}) {
 	}
 }
 
-// latency sums up samples.
-func latency(s []time.Duration) Latency {
-	if len(s) == 0 {
-		return Latency{}
-	}
-	s = slices.Clone(s)
-	slices.Sort(s)
-	at := func(q float64) float64 {
-		i := int(q*float64(len(s))+0.999999) - 1
-		return ms(s[max(0, min(i, len(s)-1))])
-	}
-	return Latency{Count: int64(len(s)), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ms(s[len(s)-1])}
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // report fills rep at the end of the run.
 func (r *run) report(rep *Report) {
 	cfg := r.cfg
@@ -370,7 +359,7 @@ func (r *run) report(rep *Report) {
 	if d := r.lastFirst.Sub(r.start).Seconds(); d > 0 {
 		rep.DeliveryRate = float64(counts.Delivered) / d
 	}
-	rep.EndToEnd, rep.Publish, rep.Receive, rep.Ack = latency(r.e2e), latency(r.pub), latency(r.recv), latency(r.ack)
+	rep.EndToEnd, rep.Publish, rep.Receive, rep.Ack = latency(&r.e2e), latency(&r.pub), latency(&r.recv), latency(&r.ack)
 	for k, v := range r.errs {
 		rep.Errors[k] = v
 	}
