@@ -94,7 +94,7 @@ type message struct {
 	flags uint8
 	// ackedRC is the receive count of the delivery the first
 	// acknowledgement answered OK acknowledged, ackedHandle its handle,
-	// ackedAt when that answer was read (Unix nanoseconds).
+	// ackedAt when that answer was read (as Checker.since).
 	ackedRC     int32
 	ackedHandle uint64
 	ackedAt     int64
@@ -144,7 +144,8 @@ func (s *story) at(seq int) *message {
 }
 
 // forget drops the story's first messages while they were accepted,
-// delivered and acknowledged OK before cutoff (Unix nanoseconds).
+// delivered and acknowledged OK before cutoff (as Checker.since). A
+// message never acknowledged keeps the ones after it.
 func (s *story) forget(cutoff int64) {
 	const done = accepted | delivered | acked
 	n := 0
@@ -182,6 +183,9 @@ type Checker struct {
 	// ids are the message ids of messages accepted and not yet
 	// delivered, for the words of a LOST violation.
 	ids map[msgKey]string
+	// epoch is when the checker was made: the times it keeps are
+	// nanoseconds since (time.Time.Sub, on the monotonic clock).
+	epoch time.Time
 
 	accepted, delivered, deliveries, duplicates, acked int64
 	// ackedAccepted counts the accepted messages acknowledged OK.
@@ -191,7 +195,7 @@ type Checker struct {
 // NewChecker returns a checker with no events.
 func NewChecker() *Checker {
 	return &Checker{
-		stories: map[int]*story{}, handles: map[string]*delivery{}, ids: map[msgKey]string{},
+		stories: map[int]*story{}, handles: map[string]*delivery{}, ids: map[msgKey]string{}, epoch: time.Now(),
 		violations: map[string]int64{RuleLost: 0, RuleOrder: 0, RuleResurrected: 0},
 	}
 }
@@ -210,6 +214,13 @@ func (c *Checker) violate(rule, format string, args ...any) {
 	if len(c.examples) < maxExamples {
 		c.examples = append(c.examples, rule+": "+fmt.Sprintf(format, args...))
 	}
+}
+
+// since is t as the checker keeps it; wall is the inverse, for the words
+// of a violation.
+func (c *Checker) since(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
+func (c *Checker) wall(n int64) string {
+	return c.epoch.Add(time.Duration(n)).UTC().Format(time.RFC3339Nano)
 }
 
 // hash is a handle's 64-bit FNV-1a hash.
@@ -250,20 +261,26 @@ func (c *Checker) Delivered(d Delivery) (first bool) {
 		return false // the same delivery again (a receive retried under its attempt id)
 	}
 	s := c.story(d.Story)
+	h, rc, ans := hash(d.Handle), int32(d.ReceiveCount), c.since(d.Answered)
+	m := s.at(d.Seq)
+	if m != nil && m.flags&delivered != 0 && rc == m.lastRC && h == m.lastHandle ||
+		m != nil && m.flags&acked != 0 && rc == m.ackedRC && h == m.ackedHandle {
+		// The same delivery again, recorded after its settlement was
+		// answered (the checker had let its handle go).
+		return false
+	}
 	dl := &delivery{Delivery: d}
 	c.handles[d.Handle] = dl
 	c.deliveries++
-	h, rc, ans := hash(d.Handle), int32(d.ReceiveCount), d.Answered.UnixNano()
-	m := s.at(d.Seq)
 	switch {
-	case m == nil && d.Seq >= s.base:
-		c.violate(RuleOrder, "story %d: message %d (%s) delivered, more than %d past any message known", d.Story, d.Seq, d.MessageID, maxAhead)
+	case m == nil && (d.Seq < 0 || d.Seq >= s.base):
+		c.violate(RuleOrder, "story %d: message %d (%s) delivered, out of the range of messages known", d.Story, d.Seq, d.MessageID)
 	case m == nil:
 		// Forgotten: accepted, delivered and acknowledged OK more than
 		// forgetAfter ago, and now delivered by a receive answered later.
 		c.duplicates++
 		c.violate(RuleResurrected, "%s delivered again (receive answered %s) more than %s after its ack was answered OK",
-			d.MessageID, d.Answered.Format(time.RFC3339Nano), forgetAfter)
+			d.MessageID, d.Answered.UTC().Format(time.RFC3339Nano), forgetAfter)
 	default:
 		first = m.flags&delivered == 0
 		if first {
@@ -280,7 +297,7 @@ func (c *Checker) Delivered(d Delivery) (first bool) {
 		}
 		if m.resurrects(rc, h, ans) {
 			c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
-				d.MessageID, d.Answered.Format(time.RFC3339Nano), time.Unix(0, m.ackedAt).UTC().Format(time.RFC3339Nano))
+				d.MessageID, d.Answered.UTC().Format(time.RFC3339Nano), c.wall(m.ackedAt))
 		}
 		if first || ans >= m.lastAnswered {
 			m.lastRC, m.lastHandle, m.lastAnswered = rc, h, ans
@@ -332,7 +349,7 @@ func (c *Checker) Acked(handle string, at time.Time) {
 		return
 	}
 	m.flags |= acked
-	m.ackedAt, m.ackedHandle, m.ackedRC = at.UnixNano(), hash(handle), int32(d.ReceiveCount)
+	m.ackedAt, m.ackedHandle, m.ackedRC = c.since(at), hash(handle), int32(d.ReceiveCount)
 	c.acked++
 	if m.flags&accepted != 0 {
 		c.ackedAccepted++
@@ -341,9 +358,9 @@ func (c *Checker) Acked(handle string, at time.Time) {
 	// answered last is kept).
 	if m.resurrects(m.lastRC, m.lastHandle, m.lastAnswered) {
 		c.violate(RuleResurrected, "%s delivered again (receive answered %s) after its ack was answered OK at %s",
-			d.MessageID, time.Unix(0, m.lastAnswered).UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+			d.MessageID, c.wall(m.lastAnswered), at.UTC().Format(time.RFC3339Nano))
 	}
-	s.forget(at.Add(-forgetAfter).UnixNano())
+	s.forget(c.since(at.Add(-forgetAfter)))
 }
 
 // Released records that the settlement of handle was answered without an

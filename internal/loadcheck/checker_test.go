@@ -200,7 +200,22 @@ func TestCheckerAckedAgainIsNoResurrection(t *testing.T) {
 	c.Acked("h0", at(30))
 	c.Acked("h0", at(40))
 	c.Delivered(dl(0, "h0", "r1", 1, 0, 50))
-	want(t, c, 0, 0, 0)
+	counts := want(t, c, 0, 0, 0)
+	if counts.Deliveries != 1 || counts.Duplicates != 0 {
+		t.Fatalf("counts %+v: the same delivery counted twice", counts)
+	}
+}
+
+func TestCheckerReleasedDeliveryRecordedAgain(t *testing.T) {
+	c := NewChecker()
+	accept(c, 0)
+	c.Delivered(dl(0, "h0", "r1", 1, 0, 10))
+	c.SettleSent("h0", at(11))
+	c.Released("h0")
+	c.Delivered(dl(0, "h0", "r1", 1, 0, 10))
+	if counts := want(t, c, 0, 0, 0); counts.Deliveries != 1 || counts.Duplicates != 0 {
+		t.Fatalf("counts %+v", counts)
+	}
 }
 
 func TestCheckerResurrectedAfterItWasForgotten(t *testing.T) {
