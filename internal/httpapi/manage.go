@@ -83,10 +83,7 @@ func readOptionalManage(r *http.Request, v any) error {
 }
 
 // noQuery refuses query parameters on routes that take none.
-func noQuery(r *http.Request) error {
-	_, err := queryParams(r, bus.RuleManageBadRequest)
-	return err
-}
+func noQuery(r *http.Request) error { return refuseQuery(r, bus.RuleManageBadRequest) }
 
 // pageParams reads limit (1 to 100, default 50) and cursor.
 func pageParams(r *http.Request) (int, string, error) {

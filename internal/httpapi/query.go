@@ -15,6 +15,19 @@ func queryParams(r *http.Request, rule string, allowed ...string) (map[string]st
 	return parseQuery(r.URL.RawQuery, rule, allowed...)
 }
 
+// refuseQuery refuses every query parameter, with rule (the route's
+// bad-request rule), on a route that defines none: publishing, ack and
+// nack, the consumer's skills, and the management routes without
+// parameters. A client that adds one expects it to do something; the
+// refusal names it instead of answering as if it had been read.
+func refuseQuery(r *http.Request, rule string) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	_, err := parseQuery(r.URL.RawQuery, rule)
+	return err
+}
+
 // parseQuery checks a raw query string and returns its parameters. The
 // whole string must be URL encoding: a bad escape ("%zz") or a ";" is
 // refused rather than read without the pairs that do not decode. Each

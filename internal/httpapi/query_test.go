@@ -17,7 +17,14 @@ func repeat(name, value string, n int) string {
 // a message naming each of words.
 func wantQueryRefusal(t *testing.T, n *servertest.Node, path, query, bearer, rule string, words ...string) {
 	t.Helper()
-	r := n.Do("GET", path+"?"+query, bearer, nil)
+	wantQueryRefusalOf(t, n, "GET", path, query, bearer, nil, rule, words...)
+}
+
+// wantQueryRefusalOf checks that method path?query with body is refused
+// 400 with rule and a message naming each of words.
+func wantQueryRefusalOf(t *testing.T, n *servertest.Node, method, path, query, bearer string, body any, rule string, words ...string) {
+	t.Helper()
+	r := n.Do(method, path+"?"+query, bearer, body)
 	label := query
 	if len(label) > 60 {
 		label = label[:60] + "..."
@@ -86,4 +93,47 @@ func TestRepeatedQueryParameters(t *testing.T) {
 	}
 	// A route that takes no parameters names the repeated one as unknown.
 	wantQueryRefusal(t, n, "/v1/manage/whoami", "a=1&a=1", opKey, bus.RuleManageBadRequest, `"a"`)
+}
+
+// TestBodyRoutesRefuseQueryParameters: publishing, batch publishing, ack
+// and nack define no query parameter; one given anyway (once, twice, or
+// not even percent-encoding) is refused with the route's bad-request rule
+// and named, before the body is read, and the request does nothing: the
+// same request without the query string then works.
+func TestBodyRoutesRefuseQueryParameters(t *testing.T) {
+	t.Parallel()
+	n := mpStart(t)
+	p := mpPair(n, nil)
+	env := servertest.Envelope("m1", "s1", nil)
+	batch := map[string]any{"messages": []any{servertest.Envelope("m2", "s2", nil)}}
+	queries := []struct{ query, words string }{
+		{"x=1", `"x"`},
+		{"x=1&x=1", `"x"`},
+		{"dedup=false", `"dedup"`},
+		{"x=%zz", "query string"},
+		{"=", `""`},
+	}
+	for _, q := range queries {
+		wantQueryRefusalOf(t, n, "POST", p.PublishPath(), q.query, p.ProducerTok, env, bus.RuleEnvelopeMalformed, q.words, "takes no query parameters")
+		wantQueryRefusalOf(t, n, "POST", p.PublishPath()+"/batch", q.query, p.ProducerTok, batch, bus.RuleEnvelopeMalformed, q.words)
+	}
+	// Nothing was accepted: m1 and m2 are new, not duplicates.
+	for _, r := range []*servertest.Response{n.Publish(p, env), n.PublishBatch(p, batch["messages"].([]any))} {
+		if r.Status/100 != 2 || strings.Contains(string(r.Body), `"duplicate":true`) {
+			t.Fatalf("publish after the refusals: %d %s", r.Status, r.Body)
+		}
+	}
+	m := mpOne(t, n, p, "max=1&wait=0")
+	for _, verb := range []string{"nack", "ack"} {
+		body := map[string]any{"receipt_handles": []string{m.ReceiptHandle}}
+		for _, q := range queries {
+			wantQueryRefusalOf(t, n, "POST", p.SettlePath(verb), q.query, p.ConsumTok, body, bus.RulePullBadRequest, q.words)
+		}
+	}
+	// Neither the nacks nor the acks were applied: the message is still in
+	// flight under its handle, which an ack without a query settles.
+	r := n.Do("POST", p.SettlePath("ack"), p.ConsumTok, map[string]any{"receipt_handles": []string{m.ReceiptHandle}}).Must(t, 200)
+	if !strings.Contains(string(r.Body), `"failed":[]`) {
+		t.Fatalf("ack after the refusals: %s", r.Body)
+	}
 }

@@ -83,6 +83,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseQuery(r, bus.RuleEnvelopeMalformed); err != nil {
+		return err
+	}
 	body, err := readBody(r, bodyOptions{limit: limitPublish, rule: bus.RuleEnvelopeMalformed, tooLargeRule: bus.RuleEnvelopeTooLarge})
 	if err != nil {
 		return err
@@ -104,6 +107,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	claims, err := s.admit(w, r, bus.KindProducer, "")
 	if err != nil {
+		return err
+	}
+	if err := refuseQuery(r, bus.RuleEnvelopeMalformed); err != nil {
 		return err
 	}
 	body, err := readBody(r, bodyOptions{limit: limitBatch, rule: bus.RuleEnvelopeMalformed, tooLargeRule: bus.RuleEnvelopeTooLarge})
@@ -442,6 +448,9 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, nack bool) error
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
+	if err := refuseQuery(r, bus.RulePullBadRequest); err != nil {
+		return err
+	}
 	req, err := s.readSettle(r, nack)
 	if err != nil {
 		return err
@@ -476,7 +485,7 @@ func (s *Server) skills(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.admit(w, r, bus.KindConsumer, queueID); err != nil {
 		return err
 	}
-	if _, err := queryParams(r, bus.RulePullBadRequest); err != nil {
+	if err := refuseQuery(r, bus.RulePullBadRequest); err != nil {
 		return err
 	}
 	sk, err := s.svc.ConsumerSkills(r.Context(), queueID)

@@ -214,7 +214,7 @@ func paths() obj {
 			secWorkspace, []obj{paramRef("tenant")}, jsonBody("Envelope", true, ""),
 			o(
 				"202", resp("Accepted (or a duplicate accepted again without being delivered again).", ref("PublishAccepted"), rl),
-				"400", refusal("Every failed check of the envelope, one violation each.", rl,
+				"400", refusal("Every failed check of the envelope, one violation each; or a query parameter was given (`envelope.malformed`, decision 18).", rl,
 					"envelope.malformed", "envelope.som_version", "envelope.message_id", "envelope.message_type",
 					"envelope.correlation_id", "envelope.payload"),
 				"401", respRef("WorkspaceUnauthenticated"),
@@ -230,7 +230,7 @@ func paths() obj {
 			secWorkspace, []obj{paramRef("tenant")}, jsonBody("BatchPublishRequest", true, ""),
 			o(
 				"200", resp("One result per envelope, in order.", ref("BatchPublishResponse"), rl),
-				"400", refusal("Decision: the body is not an object with a `messages` array of 1 to 100 items.", rl, "envelope.malformed"),
+				"400", refusal("Decision: the body is not an object with a `messages` array of 1 to 100 items, or a query parameter was given (decision 18).", rl, "envelope.malformed"),
 				"401", respRef("WorkspaceUnauthenticated"),
 				"403", publishForbidden(),
 				"413", refusal("The body is over 1 MiB.", rl, "envelope.too_large"),
@@ -273,7 +273,7 @@ func paths() obj {
 			secWorkspace, pullParams, jsonBody("AckRequest", true, ""),
 			o(
 				"200", resp("Per-handle outcomes.", ref("AckResponse"), rl),
-				"400", pullBadRequest("The body is malformed, has an unknown field, or an empty, longer than 10 or repeated handle list."),
+				"400", pullBadRequest("A query parameter was given, or the body is malformed, has an unknown field, or an empty, longer than 10 or repeated handle list."),
 				"401", respRef("WorkspaceUnauthenticated"),
 				"403", pullForbidden(),
 				"413", refusal("The body is over 64 KiB.", rl, "pull.bad_request"),
@@ -288,7 +288,7 @@ func paths() obj {
 			secWorkspace, pullParams, jsonBody("NackRequest", true, ""),
 			o(
 				"200", resp("Per-handle outcomes.", ref("NackResponse"), rl),
-				"400", pullBadRequest("The body is malformed, has an unknown field, a bad `delay_seconds`, or an empty, longer than 10 or repeated handle list."),
+				"400", pullBadRequest("A query parameter was given, or the body is malformed, has an unknown field, a bad `delay_seconds`, or an empty, longer than 10 or repeated handle list."),
 				"401", respRef("WorkspaceUnauthenticated"),
 				"403", pullForbidden(),
 				"413", refusal("The body is over 64 KiB.", rl, "pull.bad_request"),
