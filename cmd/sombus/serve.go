@@ -97,7 +97,7 @@ func newServeCommand() *cobra.Command {
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to serve on")
 	f.StringVar(&cfg.Store, "store", "sqlite:./sombus.db", "sqlite:PATH (embedded, one node) or a postgres:// URL (several nodes may share it)")
 	f.StringVar(&cfg.Environment, "environment", "sandbox", "the environment name that tokens are issued for and checked against")
-	f.StringVar(&cfg.PublicURL, "public-url", "", "the base URL written into tokens (iss) and into the URLs shown with a new secret (default http:// + listen address)")
+	f.StringVar(&cfg.PublicURL, "public-url", "", "the base URL written into tokens (iss) and into the URLs shown with a new secret (default http:// + listen address, https:// with --tls-cert)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (HTTP/2) with this PEM certificate")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.StringVar(&cfg.BootstrapKey, "bootstrap-key", "", "the first operator's API key (at least 32 characters), used only when the store has no users yet (default: generate one and print it once)")

@@ -442,7 +442,7 @@ func paths() obj {
 				"application/openmetrics-text", o("schema", o("type", "string")),
 			)), "404", refusal("The node serves its metrics on `--metrics-listen` instead (decision 28).", nil, "route.not_found"), "500", internalErr))),
 		"/v1/openapi.json", o("get", op("getOpenAPI", "operations", "This document",
-			"Decision: as served, `servers` holds one server, the node's public URL (`--public-url`, by default `http://` and the "+
+			"Decision: as served, `servers` holds one server, the node's public URL (`--public-url`, by default `http://` (`https://` with `--tls-cert`) and the "+
 				"listen address), from which every path here starts.", secNone, nil, nil,
 			o("200", resp("The OpenAPI document.", o("type", "object", "required", []string{"openapi", "paths"}), nil), "500", internalErr))),
 	)
