@@ -851,3 +851,22 @@ func TestStopEndsLongPolls(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadOnReceiveTakesNothing: net/http's mux serves HEAD with a GET
+// route. A HEAD on the receive route is 405 with Allow: GET, and takes no
+// message: a GET right after gets it on its first delivery.
+func TestHeadOnReceiveTakesNothing(t *testing.T) {
+	t.Parallel()
+	n := mpStart(t)
+	p := mpPair(n, nil)
+	n.Publish(p, servertest.Envelope("m1", "s1", nil)).Must(t, 202)
+	for _, q := range []string{"wait=0", "max=10&wait=0&visibility=600", ""} {
+		r := n.Do("HEAD", p.MessagesPath()+"?"+q, p.ConsumTok, nil)
+		if r.Status != 405 || r.Header.Get("Allow") != "GET" {
+			t.Fatalf("HEAD ?%s: %d, Allow %q; want 405, Allow GET", q, r.Status, r.Header.Get("Allow"))
+		}
+	}
+	if m := mpOne(t, n, p, "wait=0"); m.ReceiveCount != 1 {
+		t.Fatalf("receive_count %d after the HEADs, want 1", m.ReceiveCount)
+	}
+}

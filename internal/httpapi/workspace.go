@@ -251,6 +251,13 @@ func plainReceiveQuery(raw string) (rq receiveQuery, ok bool) {
 // after it, are in functions of their own so that the frames under the
 // wait stay small (see bus.Service.Receive).
 func (s *Server) receive(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodHead {
+		// The mux serves HEAD with a GET route. A receive takes messages,
+		// and an answer without its body would hide them from everyone
+		// until their visibility ran out.
+		w.Header().Set("Allow", http.MethodGet)
+		return bus.Errorf(bus.RuleMethodNotAllowed, "Method HEAD is not allowed on a receive, which takes messages; allowed: GET.")
+	}
 	req, release, err := s.receiveRequest(w, r)
 	if err != nil {
 		return err
