@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/mail"
 	"sort"
 	"strings"
 	"time"
@@ -197,8 +196,8 @@ func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) 
 	if err := checkName("name", p.Name); err != nil {
 		return User{}, err
 	}
-	if addr, err := mail.ParseAddress(p.Email); err != nil || addr.Address != p.Email || len(p.Email) > 254 {
-		return User{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most 254 characters.")
+	if !PlainEmail(p.Email) {
+		return User{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most %d characters.", MaxEmailLength)
 	}
 	u := User{ID: NewID(PrefixUser), Name: p.Name, Email: p.Email, Operator: p.Operator, CreatedAt: s.clock.Now()}
 	err := s.store.Update(ctx, func(tx Tx) error {

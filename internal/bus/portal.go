@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/mail"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -113,7 +112,7 @@ var errSignIn = Errorf(RuleManageUnauthenticated, "Wrong email or password.")
 func (s *Service) SignIn(ctx context.Context, email, password string, p SessionPolicy) (token string, sess Session, err error) {
 	var u User
 	var hash string
-	if _, perr := mail.ParseAddress(email); perr == nil && len(email) <= 254 && len(password) <= MaxPasswordBytes {
+	if PlainEmail(email) && len(password) <= MaxPasswordBytes {
 		err = s.store.View(ctx, func(tx Tx) error {
 			var err error
 			if u, err = tx.UserByEmail(email); err != nil {
@@ -293,6 +292,9 @@ func (s *Service) ListMembers(ctx context.Context, a *Actor, workspaceID string)
 func (s *Service) SetMemberByEmail(ctx context.Context, a *Actor, workspaceID, email string, role Role) (Member, error) {
 	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
 		return Member{}, err
+	}
+	if !PlainEmail(email) {
+		return Member{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most %d characters.", MaxEmailLength)
 	}
 	var u User
 	err := s.store.View(ctx, func(tx Tx) error {

@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"encoding/json"
+	"net/mail"
 	"unicode"
 	"unicode/utf8"
 )
@@ -18,6 +19,23 @@ func PlainText(s string) bool {
 		}
 	}
 	return true
+}
+
+// MaxEmailLength is the longest e-mail address a user may have, in bytes.
+const MaxEmailLength = 254
+
+// PlainEmail says whether s is an e-mail address as users are created
+// with: a bare address (no display name, no comment, nothing around it),
+// plain text, of at most MaxEmailLength bytes. Every lookup by email checks
+// it first, so that text no user can have never reaches a store (where
+// PostgreSQL would refuse a NUL or broken UTF-8 with an error, and SQLite
+// would answer "not found").
+func PlainEmail(s string) bool {
+	if len(s) > MaxEmailLength || !PlainText(s) {
+		return false
+	}
+	addr, err := mail.ParseAddress(s)
+	return err == nil && addr.Address == s
 }
 
 // checkText refuses a value that is not PlainText, naming its field.

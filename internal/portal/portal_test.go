@@ -395,3 +395,48 @@ func TestPortalSessionSharedByNodes(t *testing.T) {
 		t.Fatalf("node a after signing out on node b: %d, want a redirect to sign in", resp.StatusCode)
 	}
 }
+
+// TestPortalHostileEmails: an email holding NUL or a byte that is not
+// UTF-8 (in the address, or in a comment around it, which Go's address
+// parser accepts) never reaches the store, which PostgreSQL would answer
+// with an error: signing in with one is the usual "Wrong email or
+// password", adding a member by one names the field; the same on both
+// stores.
+func TestPortalHostileEmails(t *testing.T) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			o := servertest.Options{}
+			if store == "postgres" {
+				o.Store = pgtest.URL(t)
+			}
+			n := servertest.Start(t, o)
+			setPassword(t, n, "", operatorPassword)
+			b := newBrowser(t, n)
+			for _, email := range []string{"a@b.c (\x00)", "a@b.c (\xff)", "a\x00@b.c", "\xff@b.c", strings.Repeat("a", 5000) + "@b.c", "operator@localhost (x)"} {
+				if resp := b.signIn(email, operatorPassword); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.last, "Wrong email or password.") {
+					t.Fatalf("sign in as %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
+				}
+			}
+			if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("sign in: %d", resp.StatusCode)
+			}
+			b.do("GET", "/portal/", nil)
+			resp := b.do("POST", "/portal/workspaces", url.Values{"csrf": {b.csrf()}, "name": {"Payments"}})
+			page, _, _ := strings.Cut(resp.Header.Get("Location"), "?")
+			if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(page, "/portal/workspaces/w") {
+				t.Fatalf("create workspace: %d to %q", resp.StatusCode, page)
+			}
+			for _, email := range []string{"a\x00@b.c", "\xff@b.c", "a@b.c (\x00)", strings.Repeat("a", 5000) + "@b.c"} {
+				b.do("GET", page, nil)
+				resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {email}, "role": {"viewer"}})
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, "email must be a plain e-mail address") {
+					t.Fatalf("add member %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
+				}
+			}
+			b.do("GET", page, nil)
+			if resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {"nobody@example.com"}, "role": {"viewer"}}); resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("add an unknown member: %d, want 404", resp.StatusCode)
+			}
+		})
+	}
+}
