@@ -2,6 +2,9 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +30,31 @@ type FailureLimiter interface {
 	Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error)
 	// Failed records one failed authentication.
 	Failed(ctx context.Context, clientID, remoteAddr string) error
+}
+
+// MaxLimiterKey is the longest key, in bytes, a failure limiter keeps as
+// it is; see LimiterKey.
+const MaxLimiterKey = 256
+
+// LimiterKey is the key under which a limiter counts the failures of
+// clientID (a client id as sent, or the portal's key of an email): the
+// text itself when it is plain text of at most MaxLimiterKey bytes; else
+// its quoted form, or, when that is longer, a SHA-256 digest of it, both
+// under names no connection id can have. The key is kept (in a map, or in
+// a PostgreSQL primary key, whose entries have a size limit), so neither
+// its size nor its bytes may be the request's choice. Both limiters apply
+// it, so both stores count the same text under the same key.
+func LimiterKey(clientID string) string {
+	if len(clientID) <= MaxLimiterKey && bus.PlainText(clientID) {
+		return clientID
+	}
+	if len(clientID) <= MaxLimiterKey {
+		if q := strconv.QuoteToASCII(clientID); len(q) <= MaxLimiterKey {
+			return q
+		}
+	}
+	sum := sha256.Sum256([]byte(clientID))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // window is a fixed window that starts at its first failure.
@@ -65,16 +93,17 @@ func NewMemoryFailureLimiter(clock bus.Clock) *MemoryFailureLimiter {
 func (l *MemoryFailureLimiter) Blocked(_ context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	now := l.clock.Now()
 	addr := edge.AddrKey(remoteAddr)
+	key := LimiterKey(clientID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, a := l.clients[clientID], l.addrs[addr]
+	c, a := l.clients[key], l.addrs[addr]
 	return max(BlockedFor(c.start, c.count, l.perClient, now), BlockedFor(a.start, a.count, l.perAddr, now)), nil
 }
 
 // Failed implements FailureLimiter.
 func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	addr := edge.AddrKey(remoteAddr)
+	addr, key := edge.AddrKey(remoteAddr), LimiterKey(clientID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
@@ -83,7 +112,7 @@ func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr st
 		// and before refusing to track a new key in a full table.
 		l.sweepLocked(now)
 	}
-	count(l.clients, clientID, now)
+	count(l.clients, key, now)
 	count(l.addrs, addr, now)
 	return nil
 }

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,52 @@ func TestLimiterBounded(t *testing.T) {
 	_ = l.Failed(ctx, "late", "192.0.2.1:1")
 	if len(l.clients) != 1 || len(l.addrs) != 1 {
 		t.Fatalf("tables hold %d, %d after the windows ended", len(l.clients), len(l.addrs))
+	}
+}
+
+// TestLimiterKey: plain text of at most MaxLimiterKey bytes is its own key;
+// anything else gets a key of bounded size, plain text, that no connection
+// id can be, distinct for distinct inputs.
+func TestLimiterKey(t *testing.T) {
+	long := strings.Repeat("c", MaxLimiterKey)
+	for _, c := range []struct{ in, want string }{
+		{"c1", "c1"},
+		{"portal:bob@example.com", "portal:bob@example.com"},
+		{long, long},
+		{"c\x00", `"c\x00"`},
+		{"\xff", `"\xff"`},
+	} {
+		if got := LimiterKey(c.in); got != c.want {
+			t.Errorf("LimiterKey(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	seen := map[string]string{}
+	for _, in := range []string{long + "c", long + "d", strings.Repeat("\x00", 100), strings.Repeat("\x00", 101), strings.Repeat("é\x01", 1<<16)} {
+		k := LimiterKey(in)
+		if !strings.HasPrefix(k, "sha256:") || len(k) != len("sha256:")+64 || !bus.PlainText(k) {
+			t.Errorf("LimiterKey of %d bytes = %q, want a sha256: digest", len(in), k)
+		}
+		if prev, dup := seen[k]; dup {
+			t.Errorf("inputs of %d and %d bytes share the key %s", len(prev), len(in), k)
+		}
+		seen[k] = in
+	}
+	// The memory limiter counts a long id under its key: 20 failures block
+	// it, and another long id with the same first bytes is not blocked.
+	ctx := context.Background()
+	l := NewMemoryFailureLimiter(bus.NewManualClock(t0))
+	for i := range FailuresPerClient {
+		_ = l.Failed(ctx, long+"c", fmt.Sprintf("10.0.%d.1:1", i))
+	}
+	if w, _ := l.Blocked(ctx, long+"c", "10.9.9.9:1"); w == 0 {
+		t.Fatal("a long client id was not blocked after its failures")
+	}
+	if w, _ := l.Blocked(ctx, long+"d", "10.9.9.9:1"); w != 0 {
+		t.Fatal("another long client id was blocked")
+	}
+	for k := range l.clients {
+		if len(k) > MaxLimiterKey {
+			t.Fatalf("the limiter keeps a key of %d bytes", len(k))
+		}
 	}
 }

@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -76,13 +75,11 @@ var dummyHash = HashSecret("sbs_unknown-client")
 // past the limits every attempt, even a correct one, gets 429 slow_down with
 // RetryAfter until the window has passed.
 func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, remoteAddr string) (*TokenResponse, *OAuthError) {
-	// A client id no store could hold (not UTF-8, or with NUL or another
-	// control character) is an unknown client; its failures are counted
-	// under a quoted form that is plain text and no connection's id.
-	lookup := true
-	if !bus.PlainText(clientID) {
-		clientID, lookup = strconv.QuoteToASCII(clientID), false
-	}
+	// A client id no connection can have (not UTF-8, with NUL or another
+	// control character, or longer than any id) is an unknown client: it is
+	// not looked up, and the limiter counts its failures under a key of
+	// bounded size that is no connection's id (LimiterKey).
+	lookup := bus.PlainText(clientID) && len(clientID) <= bus.MaxIDLength
 	wait, err := s.failures.Blocked(ctx, clientID, remoteAddr)
 	if err != nil {
 		return nil, unavailable(err)

@@ -105,4 +105,14 @@ func hostileIDs(t *testing.T, n *node) {
 		wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {"s"}}, "", ""), 401, "invalid_client")
 	}
 	wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_id": {cons.ID}, "client_secret": {"s\x00\xff"}}, "", ""), 401, "invalid_client")
+
+	// A client id of any length is an unknown client too, and its failures
+	// are counted (under a key of bounded size): the 21st attempt within
+	// the minute is slowed down, as for a real id.
+	for _, id := range []string{strings.Repeat("c", 8000), strings.Repeat("\x00\xff", 3000)} {
+		for range 20 {
+			wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {"s"}}, "", ""), 401, "invalid_client")
+		}
+		wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {"s"}}, "", ""), 429, "slow_down")
+	}
 }

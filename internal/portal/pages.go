@@ -120,13 +120,10 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 }
 
 // failureKey is the failure limiter's key of an email: folded to lower
-// case, under a name no connection id can have.
+// case, under a name no connection id can have (the limiter bounds its
+// size and quotes what is not plain text: auth.LimiterKey).
 func failureKey(email string) string {
-	key := "portal:" + strings.ToLower(email)
-	if !bus.PlainText(key) {
-		key = strconv.QuoteToASCII(key)
-	}
-	return key
+	return "portal:" + strings.ToLower(email)
 }
 
 // nextOf is where to go after signing in.

@@ -67,7 +67,7 @@ const (
 // Blocked implements auth.FailureLimiter.
 func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	now := l.clock.Now()
-	rows, err := l.s.pool.Query(ctx, failureRead, clientID, edge.AddrKey(remoteAddr))
+	rows, err := l.s.pool.Query(ctx, failureRead, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
@@ -95,7 +95,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	if _, err := l.s.pool.Exec(ctx, failureCount, clientID, edge.AddrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
+	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	due := l.nextSweep.Load()
