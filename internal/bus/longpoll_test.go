@@ -182,3 +182,39 @@ func TestLongPollLooksAgainAfterAnnouncing(t *testing.T) {
 		t.Fatalf("%d reads and %d announcements, want 3 (one without a wait, then before and after the announcement) and 1", n, st.announces)
 	}
 }
+
+// giveBackStore records the nacks it is sent.
+type giveBackStore struct {
+	bus.Store
+	mu    sync.Mutex
+	nacks []bus.SettleParams
+}
+
+func (s *giveBackStore) MessageNack(_ context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nacks = append(s.nacks, *p)
+	out := make([]bus.SettleResult, len(p.Handles))
+	for i := range out {
+		out[i] = bus.SettleResult{OK: true, Woken: true}
+	}
+	return out, nil
+}
+
+// TestReleaseGivesBack: deliveries whose answer could not be written go
+// back to the store as a give-back (their claim undone, not counted as a
+// delivery), without a delay, every handle.
+func TestReleaseGivesBack(t *testing.T) {
+	t.Parallel()
+	st := &giveBackStore{}
+	svc := bus.NewService(bus.Config{Store: st, Logger: storetest.Logger(t)})
+	ds := []bus.Delivery{{Handle: bus.Handle{QueueID: "q", StoryID: 1, Seq: 1, Nonce: 7}}, {Handle: bus.Handle{QueueID: "q", StoryID: 2, Seq: 1, Nonce: 8}}}
+	svc.Release("q", ds)
+	if len(st.nacks) != 1 {
+		t.Fatalf("%d nacks, want 1", len(st.nacks))
+	}
+	p := st.nacks[0]
+	if !p.GiveBack || p.Delay != 0 || p.QueueID != "q" || len(p.Handles) != 2 || p.Handles[0] != ds[0].Handle || p.Handles[1] != ds[1].Handle {
+		t.Fatalf("release sent %+v, want a give-back of both handles without delay", p)
+	}
+}

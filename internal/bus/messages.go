@@ -296,7 +296,7 @@ func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
 	// A fresh context: the request's is done, and the release must happen.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := s.store.MessageNack(ctx, &SettleParams{QueueID: queueID, Handles: hs, Now: s.clock.Now()})
+	res, err := s.store.MessageNack(ctx, &SettleParams{QueueID: queueID, Handles: hs, Now: s.clock.Now(), GiveBack: true})
 	if err != nil {
 		s.log.Error("release undelivered messages", "queue_id", queueID, "err", err)
 		return

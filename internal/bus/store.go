@@ -289,6 +289,13 @@ type SettleParams struct {
 	Handles []Handle
 	Delay   time.Duration // nack only
 	Now     time.Time
+	// GiveBack (nack only, without Delay): the deliveries never reached a
+	// receiver (the client was gone, or their answer could not be
+	// written). Their claim is undone: each story is ready at once with
+	// its receive count one lower, so the delivery is not counted, and no
+	// message moves to the dead letters for it, whatever the attempt
+	// limit.
+	GiveBack bool
 }
 
 // SettleResult is the outcome of one handle: OK, or the failure code.

@@ -165,6 +165,17 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 			if heads, err = advance(ctx, tx, hw, now, []int64{h.StoryID}); err != nil {
 				return nil, err
 			}
+		case p.GiveBack:
+			// Never delivered: the claim is undone (see bus.SettleParams).
+			if _, err := tx.Exec(ctx, `UPDATE stories SET visible_at = $2, delayed = false,
+				receive_count = greatest(receive_count - 1, 0) WHERE id = $1`, h.StoryID, now); err != nil {
+				return nil, fmt.Errorf("give back: %w", err)
+			}
+			st.receiveCount = max(st.receiveCount-1, 0)
+			hw.wake(h.QueueID)
+			out[i] = bus.SettleResult{OK: true, Woken: true}
+			mergeWoken(w, hw)
+			continue
 		case st.receiveCount >= limit:
 			// Exhausted: to the dead letters now, whatever the delay.
 			held := []heldStory{{id: h.StoryID, queue: h.QueueID, head: h.Seq, receiveCount: st.receiveCount}}

@@ -871,6 +871,16 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 	if !live {
 		return invalid(why), nil
 	}
+	if p.GiveBack {
+		// Never delivered: the claim is undone (see bus.SettleParams).
+		n := max(count-1, 0)
+		if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = 0, receive_count = ? WHERE id = ?`,
+			now, n, h.StoryID); err != nil {
+			return bus.SettleResult{}, interpretError(err)
+		}
+		d.heads.storySet(h.QueueID, h.StoryID, func(s *head) { s.visibleAt, s.delayed, s.receiveCount = now, false, n })
+		return bus.SettleResult{OK: true, Woken: true}, nil
+	}
 	if count >= limit {
 		// Delivered as often as allowed: to the dead letters now.
 		woke, err := deadLetter(d, h.QueueID, h.StoryID, row, count, now)

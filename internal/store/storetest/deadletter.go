@@ -23,6 +23,7 @@ var deadLetterTests = []test{
 	{"RedriveOrderWithinStory", testRedriveOrder},
 	{"RedriveBehindInFlightHead", testRedriveBehindInFlight},
 	{"MaintainMovesWithoutReceive", testMaintainMoves},
+	{"GiveBackUndoesTheClaim", testGiveBack},
 }
 
 // wantDL checks a dead letter against what was published.
@@ -394,5 +395,62 @@ func testMaintainMoves(e *env) {
 	// Nothing more to do.
 	if r := e.maintain(longWindows(at(13 * time.Second))); r.DeadLettered != 0 {
 		e.t.Errorf("second Maintain DeadLettered = %d", r.DeadLettered)
+	}
+}
+
+// giveBack nacks hs with GiveBack (their answer never reached a receiver)
+// and wants each to succeed, ready at once and not dead-lettered.
+func (e *env) giveBack(q string, now time.Time, hs ...bus.Handle) {
+	e.t.Helper()
+	r, err := e.s.MessageNack(e.ctx, &bus.SettleParams{QueueID: q, Handles: hs, Now: now, GiveBack: true})
+	if err != nil || len(r) != len(hs) {
+		e.t.Fatalf("give back: %v, %d results for %d handles", err, len(r), len(hs))
+	}
+	for i, x := range r {
+		if !x.OK || x.DeadLettered || !x.Woken {
+			e.t.Errorf("give back of handle %d: %+v, want OK, woken, not dead-lettered", i, x)
+		}
+	}
+}
+
+// testGiveBack: deliveries whose answer never reached a receiver are given
+// back: ready at once, their receive count one lower, and never moved to
+// the dead letters for it, even at an attempt limit of 1.
+func testGiveBack(e *env) {
+	f := e.fixture(1)
+	e.pub(f, T0, "a", "a1")
+	e.pub(f, T0, "b", "b1")
+	ds := e.receive(f.Q, 10, 10*time.Second, at(time.Second))
+	wantIDs(e.t, ds, "a1", "b1")
+	e.giveBack(f.Q, at(2*time.Second), ds[0].Handle, ds[1].Handle)
+	e.wantStats(f.Q, at(2*time.Second), bus.QueueStats{Ready: 2, OldestReadyAgeSeconds: 2})
+	if dl := e.allDeadLetters(f.Q); len(dl) != 0 {
+		e.t.Fatalf("given back at an attempt limit of 1: %d dead letters, want none", len(dl))
+	}
+	ds = e.receive(f.Q, 10, 10*time.Second, at(3*time.Second))
+	wantIDs(e.t, ds, "a1", "b1")
+	for _, d := range ds {
+		if d.ReceiveCount != 1 {
+			e.t.Errorf("%s received after its give-back: ReceiveCount = %d, want 1", d.MessageID, d.ReceiveCount)
+		}
+	}
+	// The attempt limit still holds for real deliveries: released, the
+	// first delivery's message moves to the dead letters.
+	if r := e.nack(f.Q, 0, at(4*time.Second), ds[0].Handle); !r[0].OK || !r[0].DeadLettered {
+		e.t.Errorf("release after a real delivery at limit 1: %+v, want dead-lettered", r[0])
+	}
+
+	// At a higher limit, a give-back after a second delivery leaves the
+	// count at one: the next delivery is the second.
+	q3 := e.consumer(f.WS, 3, "som.>")
+	e.pub(f, at(5*time.Second), "c", "c1")
+	e.receiveOne(q3, 10*time.Second, at(6*time.Second), "c1")
+	d := e.receiveOne(q3, 10*time.Second, at(16*time.Second), "c1")
+	if d.ReceiveCount != 2 {
+		e.t.Fatalf("c1 second delivery: ReceiveCount = %d, want 2", d.ReceiveCount)
+	}
+	e.giveBack(q3, at(17*time.Second), d.Handle)
+	if d := e.receiveOne(q3, 10*time.Second, at(17*time.Second), "c1"); d.ReceiveCount != 2 {
+		e.t.Errorf("c1 after the give-back: ReceiveCount = %d, want 2", d.ReceiveCount)
 	}
 }
