@@ -208,13 +208,22 @@ func TestReleaseGivesBack(t *testing.T) {
 	t.Parallel()
 	st := &giveBackStore{}
 	svc := bus.NewService(bus.Config{Store: st, Logger: storetest.Logger(t)})
-	ds := []bus.Delivery{{Handle: bus.Handle{QueueID: "q", StoryID: 1, Seq: 1, Nonce: 7}}, {Handle: bus.Handle{QueueID: "q", StoryID: 2, Seq: 1, Nonce: 8}}}
+	ds := []bus.Delivery{
+		{Handle: bus.Handle{QueueID: "q", StoryID: 1, Seq: 1, Nonce: 7}},
+		{Handle: bus.Handle{QueueID: "q", StoryID: 3, Seq: 1, Nonce: 9}, Replayed: true},
+		{Handle: bus.Handle{QueueID: "q", StoryID: 2, Seq: 1, Nonce: 8}},
+	}
 	svc.Release("q", ds)
 	if len(st.nacks) != 1 {
 		t.Fatalf("%d nacks, want 1", len(st.nacks))
 	}
 	p := st.nacks[0]
-	if !p.GiveBack || p.Delay != 0 || p.QueueID != "q" || len(p.Handles) != 2 || p.Handles[0] != ds[0].Handle || p.Handles[1] != ds[1].Handle {
-		t.Fatalf("release sent %+v, want a give-back of both handles without delay", p)
+	if !p.GiveBack || p.Delay != 0 || p.QueueID != "q" || len(p.Handles) != 2 || p.Handles[0] != ds[0].Handle || p.Handles[1] != ds[2].Handle {
+		t.Fatalf("release sent %+v, want a give-back of the two handles not replayed, without delay", p)
+	}
+	// Replayed deliveries alone: nothing is sent.
+	svc.Release("q", ds[1:2])
+	if len(st.nacks) != 1 {
+		t.Fatalf("a replayed delivery was given back: %+v", st.nacks[1:])
 	}
 }

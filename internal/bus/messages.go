@@ -210,6 +210,11 @@ func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() boo
 		s.notifier.WakeAfter(r.QueueID, res.NextVisibleAt.Sub(now))
 	}
 	if len(res.Deliveries) > 0 {
+		if res.Replayed {
+			for i := range res.Deliveries {
+				res.Deliveries[i].Replayed = true
+			}
+		}
 		s.metrics.Delivered(len(res.Deliveries))
 		// What we take becomes visible again when its visibility runs
 		// out unless acknowledged: a waiter should look then.
@@ -282,16 +287,22 @@ func (s *Service) passOn(queueID string, cancel func() bool) {
 	}
 }
 
-// Release gives deliveries back at once: used when their answer could not
-// be written.
+// Release gives deliveries back at once, their claim undone (see
+// SettleParams.GiveBack): used when their answer could not be written.
+// Replayed deliveries stay in flight.
 func (s *Service) Release(queueID string, ds []Delivery) {
 	s.releaseDeliveries(ds, queueID)
 }
 
 func (s *Service) releaseDeliveries(ds []Delivery, queueID string) {
-	hs := make([]Handle, len(ds))
-	for i, d := range ds {
-		hs[i] = d.Handle
+	hs := make([]Handle, 0, len(ds))
+	for _, d := range ds {
+		if !d.Replayed { // left in flight: a retry of the attempt gets it again
+			hs = append(hs, d.Handle)
+		}
+	}
+	if len(hs) == 0 {
+		return
 	}
 	// A fresh context: the request's is done, and the release must happen.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

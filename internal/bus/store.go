@@ -292,9 +292,11 @@ type SettleParams struct {
 	// GiveBack (nack only, without Delay): the deliveries never reached a
 	// receiver (the client was gone, or their answer could not be
 	// written). Their claim is undone: each story is ready at once with
-	// its receive count one lower, so the delivery is not counted, and no
+	// its receive count one lower, so the delivery is not counted, no
 	// message moves to the dead letters for it, whatever the attempt
-	// limit.
+	// limit, and its handle no longer settles anything. Never for a
+	// replayed delivery: the receive that first claimed it may have
+	// reached its receiver.
 	GiveBack bool
 }
 

@@ -205,6 +205,11 @@ type Delivery struct {
 	ReceiveCount  int
 	EnqueuedAt    time.Time
 	Envelope      []byte
+	// Replayed: returned again for a retried attempt id. Such a delivery
+	// is not given back when its answer is lost (see
+	// SettleParams.GiveBack): the first answer may have reached its
+	// receiver.
+	Replayed bool
 }
 
 // DeadLetter is a message moved to a queue's dead-letter queue.

@@ -554,6 +554,7 @@ func replayAttempt(ctx context.Context, tx pgx.Tx, p *bus.ReceiveParams, now, vi
 	rows, err := tx.Query(ctx, `UPDATE stories s SET visible_at = $3
 		FROM unnest($4::bigint[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS h(sid, seq, nonce, ord)
 		WHERE s.id = h.sid AND s.id = ANY($4) AND s.queue_id || '' = $1 AND s.head_seq = h.seq AND s.nonce = h.nonce AND s.visible_at > $2
+			AND NOT s.delayed
 		RETURNING s.id, s.head_seq, s.nonce, s.receive_count, h.ord`,
 		p.QueueID, now, visAt, sids, seqs, nonces)
 	if err != nil {

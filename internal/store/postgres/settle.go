@@ -168,10 +168,10 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 		case p.GiveBack:
 			// Never delivered: the claim is undone (see bus.SettleParams).
 			if _, err := tx.Exec(ctx, `UPDATE stories SET visible_at = $2, delayed = false,
-				receive_count = greatest(receive_count - 1, 0) WHERE id = $1`, h.StoryID, now); err != nil {
+				receive_count = greatest(receive_count - 1, 0), nonce = 0 WHERE id = $1`, h.StoryID, now); err != nil {
 				return nil, fmt.Errorf("give back: %w", err)
 			}
-			st.receiveCount = max(st.receiveCount-1, 0)
+			st.receiveCount, st.nonce = max(st.receiveCount-1, 0), 0
 			hw.wake(h.QueueID)
 			out[i] = bus.SettleResult{OK: true, Woken: true}
 			mergeWoken(w, hw)

@@ -874,11 +874,13 @@ func nackOne(d *dbq, p *bus.SettleParams, h bus.Handle, limit int) (bus.SettleRe
 	if p.GiveBack {
 		// Never delivered: the claim is undone (see bus.SettleParams).
 		n := max(count-1, 0)
-		if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = 0, receive_count = ? WHERE id = ?`,
+		if _, err := d.exec(`UPDATE stories SET visible_at = ?, delayed = 0, receive_count = ?, nonce = 0 WHERE id = ?`,
 			now, n, h.StoryID); err != nil {
 			return bus.SettleResult{}, interpretError(err)
 		}
-		d.heads.storySet(h.QueueID, h.StoryID, func(s *head) { s.visibleAt, s.delayed, s.receiveCount = now, false, n })
+		d.heads.storySet(h.QueueID, h.StoryID, func(s *head) {
+			s.visibleAt, s.delayed, s.receiveCount, s.nonce = now, false, n, 0
+		})
 		return bus.SettleResult{OK: true, Woken: true}, nil
 	}
 	if count >= limit {

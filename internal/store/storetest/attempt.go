@@ -15,6 +15,7 @@ var attemptTests = []test{
 	{"EmptyReceiveRecordsNothing", testAttemptEmpty},
 	{"ScopedToQueue", testAttemptPerQueue},
 	{"ReplayedFlag", testAttemptReplayedFlag},
+	{"ReplaySkipsDelayedRelease", testAttemptDelayedRelease},
 }
 
 // wantSameDeliveries wants got to be the deliveries of want (any order),
@@ -186,4 +187,19 @@ func testAttemptReplayedFlag(e *env) {
 	want("receive without an attempt id", r, false)
 	r = recv("att", attemptWindow, at(time.Second+attemptWindow))
 	want("receive after the attempt window", r, false)
+}
+
+// testAttemptDelayedRelease: a delivery released with a delay is no longer
+// in flight (its receiver let it go), so a retry of its attempt does not
+// return it, even before the delay ran out, and it stays delayed.
+func testAttemptDelayedRelease(e *env) {
+	f := e.fixture(5)
+	e.pub(f, T0, "a", "a1")
+	e.pub(f, T0, "b", "b1")
+	first := e.receiveAttempt(f.Q, 10, time.Minute, "att", at(time.Second))
+	wantIDs(e.t, first, "a1", "b1")
+	e.nackOK(f.Q, time.Minute, at(2*time.Second), first[0].Handle)
+	again := e.receiveAttempt(f.Q, 10, time.Minute, "att", at(3*time.Second))
+	wantSameDeliveries(e, again, first[1:])
+	e.wantStats(f.Q, at(3*time.Second), bus.QueueStats{InFlight: 1, Delayed: 1})
 }

@@ -427,6 +427,16 @@ func testGiveBack(e *env) {
 	if dl := e.allDeadLetters(f.Q); len(dl) != 0 {
 		e.t.Fatalf("given back at an attempt limit of 1: %d dead letters, want none", len(dl))
 	}
+	// The given-back handles no longer settle anything.
+	for i, r := range e.ack(f.Q, at(2*time.Second), ds[0].Handle, ds[1].Handle) {
+		if r.OK || r.Code != bus.CodeReceiptHandleIsInvalid {
+			e.t.Errorf("ack of given-back handle %d: %+v, want ReceiptHandleIsInvalid", i, r)
+		}
+	}
+	if r := e.nack(f.Q, time.Minute, at(2*time.Second), ds[0].Handle); r[0].OK {
+		e.t.Errorf("delayed nack of a given-back handle: %+v, want ReceiptHandleIsInvalid", r[0])
+	}
+	e.wantStats(f.Q, at(2*time.Second), bus.QueueStats{Ready: 2, OldestReadyAgeSeconds: 2})
 	ds = e.receive(f.Q, 10, 10*time.Second, at(3*time.Second))
 	wantIDs(e.t, ds, "a1", "b1")
 	for _, d := range ds {
