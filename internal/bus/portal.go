@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -34,6 +35,29 @@ func CheckPassword(password string) error {
 	return nil
 }
 
+// passwordWork holds a slot for each password hash running in the process:
+// an Argon2id hash holds 19 MiB and a core for tens of milliseconds, so
+// many at once (a burst of sign-ins) would exhaust memory, and each
+// waiting its turn keeps the CPU for the rest of the server.
+var passwordWork = make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
+
+// PasswordWorkSlots is how many password hashes may run at once.
+func PasswordWorkSlots() int { return cap(passwordWork) }
+
+// AcquirePasswordWork waits for a slot to hash a password in, and returns
+// the function that gives it back; an error when ctx ends first. SetPassword
+// takes one itself; a sign-in's caller holds one around its check of the
+// failure limits, SignIn and the count of a failure, so that a burst of
+// concurrent attempts cannot all pass the check before any is counted.
+func AcquirePasswordWork(ctx context.Context) (release func(), err error) {
+	select {
+	case passwordWork <- struct{}{}:
+		return func() { <-passwordWork }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // SetPassword sets a user's portal password: operators for any user, every
 // user for themselves. It ends the user's other portal sessions (all but
 // the one a is acting through) and writes a user.password_set audit entry
@@ -47,9 +71,14 @@ func (s *Service) SetPassword(ctx context.Context, a *Actor, userID, password st
 	if err := CheckPassword(password); err != nil {
 		return err
 	}
+	release, err := AcquirePasswordWork(ctx)
+	if err != nil {
+		return err
+	}
 	hash := s.cfg.Credentials.HashPassword(password)
+	release()
 	var ended int
-	err := s.store.Update(ctx, func(tx Tx) error {
+	err = s.store.Update(ctx, func(tx Tx) error {
 		if err := tx.UserPasswordSet(userID, hash); err != nil {
 			return err
 		}
@@ -108,7 +137,8 @@ var errSignIn = Errorf(RuleManageUnauthenticated, "Wrong email or password.")
 
 // SignIn checks an email and password and begins a portal session. It
 // returns the session token (for the cookie; only its hash is kept) and the
-// session. Every failure is the same refusal.
+// session. Every failure is the same refusal. It hashes the password: hold
+// a slot of AcquirePasswordWork around it.
 func (s *Service) SignIn(ctx context.Context, email, password string, p SessionPolicy) (token string, sess Session, err error) {
 	var u User
 	var hash string

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -89,6 +90,14 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	// connection id can have) and per address, as the token endpoint
 	// counts failed secrets.
 	key, addr := failureKey(email), remoteHost(r)
+	// The limits are checked, the password hashed and a failure counted
+	// while this sign-in holds a password slot: concurrent attempts take
+	// turns, each seeing the failures counted before it.
+	release, err := bus.AcquirePasswordWork(r.Context())
+	if err != nil {
+		return // the client went away while it waited
+	}
+	defer release()
 	wait, err := p.cfg.Failures.Blocked(r.Context(), key, addr)
 	if err != nil {
 		p.fail(w, r, nil, err)
@@ -296,14 +305,33 @@ func (p *Portal) passwordPage(w http.ResponseWriter, r *http.Request, s *Session
 	return p.render(w, r, s, http.StatusOK, "password", View{Title: "Your password", Section: "password"})
 }
 
+// currentPasswordMatches checks the "current" password of the signed-in
+// user as a sign-in does: within the failure limits (wait > 0 when they are
+// reached), a wrong one counted as a failed sign-in, all while holding a
+// password slot.
+func (p *Portal) currentPasswordMatches(r *http.Request, s *Session) (wait time.Duration, ok bool, err error) {
+	release, err := bus.AcquirePasswordWork(r.Context())
+	if err != nil {
+		return 0, false, err
+	}
+	defer release()
+	key, addr := failureKey(s.Actor.User.Email), remoteHost(r)
+	if wait, err = p.cfg.Failures.Blocked(r.Context(), key, addr); err != nil || wait > 0 {
+		return wait, false, err
+	}
+	if ok, err = p.svc.PasswordMatches(r.Context(), s.Actor.User.ID, r.PostForm.Get("current")); err != nil || ok {
+		return 0, ok, err
+	}
+	return 0, false, p.cfg.Failures.Failed(r.Context(), key, addr)
+}
+
 func (p *Portal) setPassword(w http.ResponseWriter, r *http.Request, s *Session) error {
 	pw, again := r.PostForm.Get("password"), r.PostForm.Get("confirm")
 	v := View{Title: "Your password", Section: "password", ErrorForm: "password"}
 	// The current password first, so that a session left open does not
 	// let another person take the account; wrong guesses count as failed
 	// sign-ins.
-	key, addr := failureKey(s.Actor.User.Email), remoteHost(r)
-	wait, err := p.cfg.Failures.Blocked(r.Context(), key, addr)
+	wait, ok, err := p.currentPasswordMatches(r, s)
 	if err != nil {
 		return err
 	}
@@ -312,14 +340,7 @@ func (p *Portal) setPassword(w http.ResponseWriter, r *http.Request, s *Session)
 		v.Error = "Too many wrong passwords. Wait " + strconv.Itoa(int(wait.Seconds())) + " seconds, then try again."
 		return p.render(w, r, s, http.StatusTooManyRequests, "password", v)
 	}
-	ok, err := p.svc.PasswordMatches(r.Context(), s.Actor.User.ID, r.PostForm.Get("current"))
-	if err != nil {
-		return err
-	}
 	if !ok {
-		if err := p.cfg.Failures.Failed(r.Context(), key, addr); err != nil {
-			return err
-		}
 		v.Error = "Your current password is wrong. Nothing was changed."
 		return p.render(w, r, s, http.StatusForbidden, "password", v)
 	}

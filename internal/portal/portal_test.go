@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -438,5 +439,45 @@ func TestPortalHostileEmails(t *testing.T) {
 				t.Fatalf("add an unknown member: %d, want 404", resp.StatusCode)
 			}
 		})
+	}
+}
+
+// TestPortalConcurrentSignInsAreCounted: sign-ins sent all at once take
+// turns for the password slots, each checking the failure limit after the
+// failures counted before it, so a burst cannot get more than the limit
+// (plus the attempts running beside the last one) past it.
+func TestPortalConcurrentSignInsAreCounted(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.do("GET", "/portal/signin", nil)
+	form := url.Values{"csrf": {b.csrf()}, "email": {"operator@localhost"}, "password": {"wrong password number"}}
+	const burst = 60
+	codes := make(chan int, burst)
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", n.URL+"/portal/signin", strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := b.c.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	counts := map[int]int{}
+	for c := range codes {
+		counts[c]++
+	}
+	most := 20 + bus.PasswordWorkSlots() - 1
+	if counts[http.StatusUnauthorized] < 20 || counts[http.StatusUnauthorized] > most || counts[http.StatusUnauthorized]+counts[http.StatusTooManyRequests] != burst {
+		t.Fatalf("%d concurrent wrong sign-ins: %v; want 20 to %d answered 401, the rest 429", burst, counts, most)
 	}
 }
