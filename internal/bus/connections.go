@@ -511,6 +511,15 @@ func (s *Service) IssueSecret(ctx context.Context, a *Actor, workspaceID, id str
 // RotateSecret issues a new secret; the previous one keeps getting tokens
 // for the overlap (developers).
 func (s *Service) RotateSecret(ctx context.Context, a *Actor, workspaceID, id, overlap string) (SecretIssued, error) {
+	return s.RotateSecretFrom(ctx, a, workspaceID, id, overlap, 0)
+}
+
+// RotateSecretFrom is RotateSecret of the secret of credential version
+// from only (0: whichever is current): a rotation asked for from a page
+// that showed version from, sent again (a reload, a second click), is
+// refused instead of rotating a second time, which would end the overlap
+// of the secret the clients still use.
+func (s *Service) RotateSecretFrom(ctx context.Context, a *Actor, workspaceID, id, overlap string, from int) (SecretIssued, error) {
 	if overlap == "" {
 		overlap = "24h"
 	}
@@ -522,6 +531,9 @@ func (s *Service) RotateSecret(ctx context.Context, a *Actor, workspaceID, id, o
 	c, err := s.changeConnection(ctx, a, workspaceID, id, RoleDeveloper, "secret.rotate", func(c *Connection, now time.Time) (map[string]any, error) {
 		if c.SecretState != SecretActive {
 			return nil, Errorf(RuleManageConflict, "Connection %s has no active secret to rotate; get a client secret first.", c.ID)
+		}
+		if from > 0 && c.CredentialVersion != int64(from) {
+			return nil, Errorf(RuleManageConflict, "The secret was rotated since this page was shown (it is at version %d now, not %d); nothing was changed.", c.CredentialVersion, from)
 		}
 		c.CredentialVersion++
 		if d > 0 {

@@ -301,7 +301,17 @@ func (p *Portal) issueSecret(w http.ResponseWriter, r *http.Request, s *Session)
 }
 
 func (p *Portal) rotateSecret(w http.ResponseWriter, r *http.Request, s *Session) error {
-	is, err := p.svc.RotateSecret(r.Context(), s.Actor, r.PathValue("t"), r.PathValue("c"), r.PostForm.Get("overlap"))
+	// The form names the version it rotates from, so that sending it again
+	// (a reload of the page that shows the new secret) rotates nothing.
+	from := 0
+	if v := r.PostForm.Get("version"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p.connectionFail(w, r, s, "rotate", bus.Errorf(bus.RuleManageBadRequest, "version must be a credential version (a positive integer)."))
+		}
+		from = n
+	}
+	is, err := p.svc.RotateSecretFrom(r.Context(), s.Actor, r.PathValue("t"), r.PathValue("c"), r.PostForm.Get("overlap"), from)
 	if err != nil {
 		return p.connectionFail(w, r, s, "rotate", err)
 	}

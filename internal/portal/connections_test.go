@@ -121,8 +121,17 @@ func TestConnectionPages(t *testing.T) {
 	}
 
 	// Rotate with an overlap of an hour: both secrets work until Stop old secret now.
-	b.wantStatus("rotate", b.post(conn+"/rotate", url.Values{"overlap": {"1h"}}), 200)
+	version := regexp.MustCompile(`name="version" value="([0-9]+)"`).FindStringSubmatch(b.last)
+	if version == nil {
+		t.Fatalf("the rotate form names no version:\n%s", b.last)
+	}
+	rotate := url.Values{"overlap": {"1h"}, "version": {version[1]}}
+	b.wantStatus("rotate", b.post(conn+"/rotate", rotate), 200)
 	rotated := html.UnescapeString(codeOf("client-secret").FindStringSubmatch(b.last)[1])
+	// The same form sent again (a reload of the page with the new secret)
+	// rotates nothing: the secret just shown and the old one keep working.
+	b.wantStatus("rotate again", b.post(conn+"/rotate", rotate), 409)
+	b.wantText("The secret was rotated since this page was shown")
 	n.Token(id, rotated)
 	n.Token(id, html.UnescapeString(secret[1]))
 	b.do("GET", conn, nil)
