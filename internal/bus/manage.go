@@ -103,6 +103,12 @@ func requireOperator(a *Actor) error {
 	return nil
 }
 
+// RequireRole checks that the workspace exists and a has at least min
+// there: a refusal (404, 403) otherwise.
+func (s *Service) RequireRole(ctx context.Context, a *Actor, workspaceID string, min Role) error {
+	return s.requireRole(ctx, a, workspaceID, min)
+}
+
 // requireRole checks that the workspace exists and a has at least min there.
 func (s *Service) requireRole(ctx context.Context, a *Actor, workspaceID string, min Role) error {
 	var exists bool

@@ -548,6 +548,11 @@ func (p *Portal) auditPage(w http.ResponseWriter, r *http.Request, s *Session) e
 	if err != nil {
 		return err
 	}
+	// Admins only, whatever the filter: a viewer must not get the page
+	// (its form and the workspace's names) by a date it cannot parse.
+	if err := p.svc.RequireRole(ctx, s.Actor, wsID, bus.RoleAdmin); err != nil {
+		return err
+	}
 	q := r.URL.Query()
 	f := bus.AuditFilter{Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("connection")}
 	v := View{Title: "Audit log · " + ws.Name, Section: "audit", Crumbs: WorkspaceCrumbs(ws, "Audit log"), ErrorForm: "filter"}

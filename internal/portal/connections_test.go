@@ -273,6 +273,9 @@ func TestConnectionPagesRefusals(t *testing.T) {
 		v.wantStatus("viewer "+action, v.post(conn+action, url.Values{"confirm_name": {"consumer connection"}, "all": {"1"}}), 403)
 	}
 	v.wantStatus("viewer audit", v.do("GET", "/portal/workspaces/"+ws+"/audit", nil), 403)
+	for _, q := range []string{"?from=x", "?to=2026-13-01", "?actor=%00"} {
+		v.wantStatus("viewer audit "+q, v.do("GET", "/portal/workspaces/"+ws+"/audit"+q, nil), 403)
+	}
 	v.wantStatus("viewer consumers", v.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
 	if strings.Contains(v.last, "Create a consumer connection") {
 		t.Error("a viewer sees the create form")
