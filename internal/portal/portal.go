@@ -162,6 +162,13 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if p.cfg.Secure {
+		// Reached over HTTPS (TLS here, or an https public URL in front):
+		// browsers are to keep to it, so that a session cookie is never
+		// offered to a plain-HTTP page of the same host. No
+		// includeSubDomains: the portal knows nothing of the others.
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	if !strings.HasPrefix(r.URL.Path, Prefix+"static/") {
 		h.Set("Cache-Control", "no-store")
 	}

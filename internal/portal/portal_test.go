@@ -120,6 +120,9 @@ func TestPortalHeadersAndRedirects(t *testing.T) {
 		"X-Content-Type-Options":  "nosniff",
 		"Referrer-Policy":         "same-origin",
 		"Cache-Control":           "no-store",
+		// Plain HTTP: no HSTS (it would be ignored, and the portal is not
+		// promising HTTPS).
+		"Strict-Transport-Security": "",
 	} {
 		if got := resp.Header.Get(k); got != want {
 			t.Errorf("%s = %q, want %q", k, got, want)
@@ -310,6 +313,9 @@ func TestPortalSecureCookieWithHTTPSPublicURL(t *testing.T) {
 	}
 	if signin == nil || !signin.Secure || !signin.HttpOnly {
 		t.Fatalf("sign-in form cookie %+v: want Secure and HttpOnly", signin)
+	}
+	if hsts := resp.Header.Get("Strict-Transport-Security"); hsts != "max-age=31536000" {
+		t.Fatalf("Strict-Transport-Security %q over an https public URL, want max-age=31536000", hsts)
 	}
 	req, _ := http.NewRequest("POST", n.URL+"/portal/signin", strings.NewReader(url.Values{
 		"csrf": {signin.Value}, "email": {"operator@localhost"}, "password": {operatorPassword}}.Encode()))
