@@ -36,9 +36,12 @@ type Config struct {
 	// client with sensible transport timeouts. Its Timeout, if any, must
 	// exceed a long poll's wait (20 s).
 	HTTPClient *http.Client
-	// MaxRetries is how often a call is retried after a 429 or 503 answer
-	// (after Retry-After, with jitter) or after a lost answer of a call
-	// that is safe to repeat. 0 is DefaultMaxRetries; negative: never.
+	// MaxRetries is how often a call is retried after a 429 answer, or
+	// after a 503 answer or a lost answer of a call that is safe to repeat
+	// (publishing, receiving, ack and nack, reads and puts; not the
+	// management POSTs and DELETEs, such as a secret's rotation), after
+	// Retry-After (with jitter, up to MaxRetryAfter) or a backoff. 0 is
+	// DefaultMaxRetries; negative: never.
 	MaxRetries int
 	// RequestTimeout bounds one attempt of a call (a receive's wait comes
 	// on top); 0 is DefaultRequestTimeout.

@@ -149,6 +149,67 @@ func TestRetryAfter429And503(t *testing.T) {
 	}
 }
 
+// TestRetriesOnlyWhatIsSafe: a 503 after a management POST is not sent
+// again (the change may have been made: a rotation sent twice would end
+// the overlap of the secret in use); a Retry-After over MaxRetryAfter (a
+// used-up daily quota) is returned at once instead of waited out; a
+// context that ends during a wait returns its error, with the refusal.
+func TestRetriesOnlyWhatIsSafe(t *testing.T) {
+	t.Parallel()
+	n := servertest.Start(t, servertest.Options{})
+	px := newProxy(t, n.URL)
+	e := setupOn(t, n, px.URL, client.ConnectionParams{})
+	ctx := context.Background()
+	mgr := &client.Manager{BaseURL: px.URL, APIKey: servertest.BootstrapKey}
+	before, err := mgr.GetConnection(ctx, e.ws, e.consID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rotation is made, and its answer replaced by a 503.
+	px.set(onceFor("/secret/rotate", func(w http.ResponseWriter, r *http.Request, pass func() *http.Response) {
+		resp := pass()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		refuse(w, http.StatusServiceUnavailable, "store.unavailable")
+	}))
+	_, err = mgr.RotateSecret(ctx, e.ws, e.consID, "24h")
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 503 {
+		t.Fatalf("rotate answered 503: got %v, want the 503", err)
+	}
+	if got := px.count("/secret/rotate"); got != 1 {
+		t.Fatalf("the rotation was sent %d times after a 503, want once", got)
+	}
+	after, err := mgr.GetConnection(ctx, e.ws, e.consID)
+	if err != nil || after.CredentialVersion != before.CredentialVersion+1 {
+		t.Fatalf("credential version %d after one rotation from %d (%v)", after.CredentialVersion, before.CredentialVersion, err)
+	}
+
+	// A quota used up until midnight: the caller gets the refusal at once.
+	px.set(onceFor("POST /v1/tenants/", func(w http.ResponseWriter, r *http.Request, _ func() *http.Response) {
+		w.Header().Set("Retry-After", "36000")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"accepted":false,"violations":[{"rule":"quota.exceeded","message":"injected"}]}`)
+	}))
+	start := time.Now()
+	_, err = e.producer.Publish(ctx, envelope("m-quota", "s", nil))
+	if !errors.As(err, &ce) || ce.Status != 429 || ce.RetryAfter != 10*time.Hour || time.Since(start) > 5*time.Second {
+		t.Fatalf("publish refused for 10 hours: %v after %s, want the 429 at once", err, time.Since(start))
+	}
+
+	// A wait cut short by the context: its error, and the refusal.
+	px.set(onceFor("POST /v1/tenants/", func(w http.ResponseWriter, r *http.Request, _ func() *http.Response) {
+		refuse(w, http.StatusTooManyRequests, client.RuleRateLimited)
+	}))
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = e.producer.Publish(short, envelope("m-short", "s", nil))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ce) || ce.Status != 429 {
+		t.Fatalf("publish whose wait the context ended: %v, want its deadline and the 429", err)
+	}
+}
+
 // A receive whose answer is lost is retried with the same attempt id and
 // gets the same messages, with the same receipt handles.
 func TestLostReceiveRetriedWithSameAttempt(t *testing.T) {

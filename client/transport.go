@@ -24,6 +24,11 @@ const (
 	// DefaultRequestTimeout bounds one attempt of a call that does not
 	// long-poll; a receive gets its wait on top.
 	DefaultRequestTimeout = 30 * time.Second
+	// MaxRetryAfter is the longest Retry-After a call waits out before it
+	// tries again. A longer one (a daily quota used up waits until
+	// midnight UTC) is returned to the caller as the *Error, with its
+	// RetryAfter, instead of blocking the call for hours.
+	MaxRetryAfter = time.Minute
 	// maxBody bounds the answers the SDK reads (a receive of ten 256 KiB
 	// envelopes is the largest).
 	maxBody = 8 << 20
@@ -128,7 +133,7 @@ func (t *transport) do(ctx context.Context, c call, out any) error {
 			return err
 		}
 		if serr := sleep(ctx, wait); serr != nil {
-			return err
+			return fmt.Errorf("%w (while waiting to retry after: %w)", serr, err)
 		}
 	}
 }
@@ -141,7 +146,16 @@ func (t *transport) retryable(ctx context.Context, c call, err error, attempt in
 	var e *Error
 	if errors.As(err, &e) {
 		switch {
-		case e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable:
+		case e.RetryAfter > MaxRetryAfter:
+			return 0, false
+		case e.Status == http.StatusTooManyRequests:
+			// Refused before it was read: safe to send again.
+			return jitter(e.RetryAfter), true
+		case e.Status == http.StatusServiceUnavailable && c.idempotent:
+			// A 503 may come after the change was made (the store's
+			// connection lost at its commit): only what is safe to repeat
+			// is sent again; a rotation sent twice would end the overlap
+			// of the secret in use.
 			return jitter(e.RetryAfter), true
 		case e.Status >= 500 && c.idempotent:
 			return backoff(attempt), true
