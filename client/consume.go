@@ -73,6 +73,11 @@ func (o *ConsumeOptions) fill() error {
 	if o.Workers <= 0 {
 		o.Workers = 10
 	}
+	if o.Wait < 0 {
+		// A receive that answers at once, in a loop, would spend the
+		// connection's allowance on empty answers.
+		return fmt.Errorf("sombus: ConsumeOptions.Wait must be 0 (20 s) to %s (got %s): Consume long-polls", MaxWait, o.Wait)
+	}
 	if o.Max == 0 {
 		o.Max = MaxReceive
 	}

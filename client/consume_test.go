@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,5 +324,20 @@ func TestConsumeShutdown(t *testing.T) {
 			ids = append(ids, fmt.Sprintf("%s#%d", m.MessageID, m.ReceiveCount))
 		}
 		t.Fatalf("after shutdown received %v, want b#2 c#2", ids)
+	}
+}
+
+// TestConsumeRefusesNoWait: Consume long-polls; a negative Wait (NoWait)
+// would spin on empty answers and spend the connection's allowance, so it
+// is refused before any request.
+func TestConsumeRefusesNoWait(t *testing.T) {
+	t.Parallel()
+	c, err := client.NewConsumer(client.Config{BaseURL: "http://127.0.0.1:1", ClientID: "c1", ClientSecret: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Consume(context.Background(), func(context.Context, *client.Message) error { return nil }, client.ConsumeOptions{Wait: client.NoWait})
+	if err == nil || !strings.Contains(err.Error(), "ConsumeOptions.Wait") {
+		t.Fatalf("Consume with NoWait: %v, want a refusal naming Wait", err)
 	}
 }

@@ -47,6 +47,10 @@ non-zero when the verdict is FAIL.`,
 			}
 			cfg.URL = o.baseURL()
 			cfg.WorkspaceID = setting(o.workspace, "SOMBUS_WORKSPACE", "")
+			// Secrets from the environment too: a flag shows in ps and in
+			// the shell's history.
+			cfg.ProducerSecret = setting(cfg.ProducerSecret, "SOMBUS_PRODUCER_SECRET", "")
+			cfg.ConsumerSecret = setting(cfg.ConsumerSecret, "SOMBUS_CONSUMER_SECRET", "")
 			if cfg.ProducerID == "" && cfg.ConsumerID == "" {
 				cfg.APIKey = setting(o.global("api-key"), "SOMBUS_API_KEY", "")
 				if cfg.APIKey == "" {
@@ -83,9 +87,9 @@ non-zero when the verdict is FAIL.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.workspace, "workspace", "w", "", "the workspace of --producer-id and --consumer-id (env SOMBUS_WORKSPACE; default: read from the access token)")
 	f.StringVar(&cfg.ProducerID, "producer-id", "", "an existing producer connection's client id (instead of --api-key)")
-	f.StringVar(&cfg.ProducerSecret, "producer-secret", "", "its client secret")
+	f.StringVar(&cfg.ProducerSecret, "producer-secret", "", "its client secret (env SOMBUS_PRODUCER_SECRET)")
 	f.StringVar(&cfg.ConsumerID, "consumer-id", "", "an existing consumer connection's client id (instead of --api-key)")
-	f.StringVar(&cfg.ConsumerSecret, "consumer-secret", "", "its client secret")
+	f.StringVar(&cfg.ConsumerSecret, "consumer-secret", "", "its client secret (env SOMBUS_CONSUMER_SECRET)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the connections the run created")
 	f.IntVar(&cfg.Publishers, "publishers", 8, "concurrent publishers")
 	f.IntVar(&cfg.Receivers, "receivers", 8, "concurrent receivers")

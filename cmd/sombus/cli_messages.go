@@ -304,14 +304,34 @@ receipt handle and envelope.`,
 				w = client.MaxWait
 			}
 			header := true
+			vis := visibility
+			if vis == 0 && cmd.Flags().Changed("visibility") {
+				vis = -1 // the SDK's 0 is the server's default (60s); a negative one asks for 0
+			}
+			failures := 0
 			for {
-				msgs, err := c.Receive(ctx, client.ReceiveOptions{Max: maxN, Wait: w, Visibility: visibility})
+				msgs, err := c.Receive(ctx, client.ReceiveOptions{Max: maxN, Wait: w, Visibility: vis})
 				if err != nil {
 					if follow && ctx.Err() != nil {
 						return nil
 					}
+					var ce *client.Error
+					if follow && (!errors.As(err, &ce) || ce.Temporary()) {
+						// --follow rides out a restart or a lost network:
+						// it says so and tries again, backing off.
+						failures++
+						pause := min(time.Second<<min(failures-1, 5), 30*time.Second)
+						fmt.Fprintf(cmd.ErrOrStderr(), "receive failed (%v); trying again in %s\n", err, pause)
+						select {
+						case <-ctx.Done():
+							return nil
+						case <-time.After(pause):
+						}
+						continue
+					}
 					return err
 				}
+				failures = 0
 				printMessages(o, cmd, msgs, header || !follow)
 				if len(msgs) > 0 {
 					header = false
@@ -374,6 +394,9 @@ func ackAll(ctx context.Context, cmd *cobra.Command, c *client.Consumer, msgs []
 	}
 	for _, f := range res.Failed {
 		fmt.Fprintf(cmd.ErrOrStderr(), "acknowledge failed (%s): %s\n", f.Code, f.Message)
+	}
+	if len(res.Failed) > 0 {
+		return fmt.Errorf("acknowledge: %d of %d messages were not acknowledged (they come back when their visibility runs out)", len(res.Failed), len(hs))
 	}
 	return nil
 }

@@ -335,6 +335,28 @@ func TestCLIPublishReceiveDeadLetters(t *testing.T) {
 	}
 }
 
+// TestCLIReceiveVisibilityZero: --visibility 0s asks for 0 (the message
+// is ready again at once), not the SDK's default of 60s.
+func TestCLIReceiveVisibilityZero(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	p := c.node.NewPair(nil)
+	c.node.Publish(p, servertest.Envelope("v1", "s", nil)).Must(t, 202)
+	creds := []string{"-o", "json", "--url", c.node.URL, "--client-id", p.Consumer, "--client-secret", p.ConsumerSecret}
+	var m struct {
+		ReceiveCount int `json:"receive_count"`
+		Envelope     struct {
+			MessageID string `json:"message_id"`
+		} `json:"envelope"`
+	}
+	for want := 1; want <= 2; want++ {
+		out, _, err := c.run(append([]string{"receive", "--visibility", "0s"}, creds...)...)
+		if err != nil || json.Unmarshal([]byte(strings.TrimSpace(out)), &m) != nil || m.Envelope.MessageID != "v1" || m.ReceiveCount != want {
+			t.Fatalf("receive --visibility 0s, time %d: %v\n%s", want, err, out)
+		}
+	}
+}
+
 func TestCLIReceiveFollow(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
