@@ -72,6 +72,16 @@ func TestPullRefusals(t *testing.T) {
 	if r.Header.Get("RateLimit-Limit") != "" {
 		t.Errorf("401 with RateLimit headers: %v", r.Header)
 	}
+	// Even with the allowance used up, a 403 carries no Retry-After: no
+	// wait makes it pass.
+	for range 45 {
+		n.do(t, "GET", "/v1/tenants/"+ws+"/consumers/"+c.ID+"/messages?wait=0", ctok, nil)
+	}
+	r = n.do(t, "GET", "/v1/tenants/"+other+"/consumers/"+c.ID+"/messages?wait=0", ctok, nil)
+	if r.Status != 403 || r.Header.Get("Retry-After") != "" || r.Header.Get("RateLimit-Remaining") != "0" {
+		t.Errorf("403 past the allowance: %d, Retry-After %q, RateLimit-Remaining %q; want no Retry-After, 0 remaining",
+			r.Status, r.Header.Get("Retry-After"), r.Header.Get("RateLimit-Remaining"))
+	}
 }
 
 // TestRoutes: unknown routes and wrong methods get the refusal body.

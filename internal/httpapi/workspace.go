@@ -40,6 +40,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, role bus.Connecti
 				if _, lerr := s.allow(w, r, c.ClientID); lerr != nil {
 					s.log.WarnContext(r.Context(), "rate limit of a refused request", "err", lerr)
 				}
+				// Waiting would not help a 403: Retry-After is for 429 and
+				// 503, even when the connection's allowance is used up.
+				w.Header().Del("Retry-After")
 			}
 		}
 		return nil, err
