@@ -226,8 +226,14 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
+	// Reachable is not enough: a standby (after a failover) or a database
+	// set read-only answers, but takes no writes.
+	var readOnly string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('transaction_read_only')`).Scan(&readOnly); err != nil {
 		return fmt.Errorf("postgres: ping: %w", interpretError(err))
+	}
+	if readOnly != "off" {
+		return fmt.Errorf("postgres: ping: the database takes no writes (transaction_read_only is %s: a standby?): %w", readOnly, bus.ErrUnavailable)
 	}
 	return nil
 }
@@ -383,8 +389,12 @@ func interpretError(err error) error {
 // (class 08), insufficient resources (class 53: disk full, out of memory,
 // too many connections), the server shutting down, crashed or starting up
 // (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now),
-// or an I/O error (58030). Every other error names a fault of the request
-// or of sombus.
+// an I/O error (58030), a lock or a statement that ran past its timeout
+// (55P03 lock_not_available under lock_timeout, 57014 query_canceled under
+// statement_timeout), or a database that takes no writes (25006
+// read_only_sql_transaction: a standby after a failover, or
+// default_transaction_read_only). Every other error names a fault of the
+// request or of sombus.
 func unavailableSQLState(code string) bool {
 	if len(code) != 5 {
 		return false
@@ -394,7 +404,7 @@ func unavailableSQLState(code string) bool {
 		return true
 	}
 	switch code {
-	case "57P01", "57P02", "57P03", "58030":
+	case "57P01", "57P02", "57P03", "58030", "55P03", "57014", "25006":
 		return true
 	}
 	return false
