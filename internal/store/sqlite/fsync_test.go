@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -244,5 +245,41 @@ func TestFullDiskIsNotAFailedFsync(t *testing.T) {
 	s.setSyncFile(nil)
 	if err := publish("later"); !bus.IsUnavailable(err) || s.w.failure() == nil {
 		t.Fatalf("publish after an fsync failed with ENOSPC: %v, want the failed state", err)
+	}
+}
+
+// TestWALOpenFailureIsNotAFailedFsync: a WAL that cannot be opened for its
+// fsync (too many open files) was never synced: the writes waiting for it
+// are refused as unavailable, but the store is not put in its failed
+// state. Once the WAL opens again it takes writes, and the refused write,
+// committed all along, is there: a retried publish is a duplicate.
+func TestWALOpenFailureIsNotAFailedFsync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "emfile.db"), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	ws, prod, _ := setupQueue(t, s, 5)
+	publish := func(id string) ([]bus.PublishOutcome, error) {
+		return s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow})
+	}
+	s.setSyncFile(func(path string) error {
+		return &os.PathError{Op: "open", Path: path, Err: syscall.EMFILE}
+	})
+	if _, err := publish("m1"); !bus.IsUnavailable(err) {
+		t.Fatalf("publish whose WAL could not be opened: %v, want bus.ErrUnavailable", err)
+	}
+	s.setSyncFile(nil)
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping after a WAL that would not open: %v, want ready", err)
+	}
+	if out, err := publish("m2"); err != nil || out[0].Duplicate {
+		t.Fatalf("publish once the WAL opens: %+v, %v", out, err)
+	}
+	if out, err := publish("m1"); err != nil || !out[0].Duplicate {
+		t.Fatalf("m1 published again: %+v, %v; want a duplicate (it was committed)", out, err)
 	}
 }

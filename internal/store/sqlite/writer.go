@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -457,14 +458,24 @@ func (w *writer) syncer() {
 	}
 }
 
-// syncWAL fsyncs the WAL file; a failure puts the writer in its failed
-// state (see fail).
+// syncWAL fsyncs the WAL file; a failed fsync puts the writer in its
+// failed state (see fail), and so does a WAL that is gone. A WAL that
+// could not be opened for the fsync for want of a descriptor or memory
+// (too many open files) was never synced, so the kernel dropped nothing: the batches it was to cover are answered unavailable (their
+// callers try again: publishes and acks are idempotent), and the next
+// fsync, which covers them too, may well succeed.
 func (w *writer) syncWAL() error {
 	sync := fsyncFile
 	if f := w.syncFile.Load(); f != nil {
 		sync = *f
 	}
 	if err := sync(w.walPath); err != nil {
+		if pe, ok := errors.AsType[*os.PathError](err); ok && pe.Op == "open" &&
+			(errors.Is(pe.Err, syscall.EMFILE) || errors.Is(pe.Err, syscall.ENFILE) || errors.Is(pe.Err, syscall.ENOMEM)) {
+			w.log.Warn("sqlite: the WAL could not be opened for its fsync; the writes it was to make durable are refused, to be tried again",
+				slog.String("wal", w.walPath), slog.Any("error", err))
+			return fmt.Errorf("sqlite: open the WAL for its fsync: %w: %w", err, bus.ErrUnavailable)
+		}
 		return w.fail(err)
 	}
 	return nil
