@@ -148,6 +148,10 @@ const DefaultMaxConns = 20
 // a deadlock or serialization failure.
 const maxAttempts = 5
 
+// DefaultConnectTimeout bounds the opening of a connection when the URL
+// sets no connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
 // noticeHook, when not nil, receives the notices of every connection of the
 // stores opened while it is set. Only a test sets it (TestGenericPlansProbe
 // reads auto_explain's plans from notices); a node leaves it nil, and pgx
@@ -172,6 +176,13 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		// wake-ups. An operator's pool_max_conns in the URL wins (see
 		// docs/several-nodes.md for sizing).
 		cfg.MaxConns = max(DefaultMaxConns, cfg.MaxConns)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 && !strings.Contains(url, "connect_timeout") {
+		// Without one, a connection to a host that does not answer (down,
+		// or behind a firewall that drops packets) waits for the kernel's
+		// TCP retries, minutes, holding its request. An operator's
+		// connect_timeout in the URL wins.
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	rp := cfg.ConnConfig.RuntimeParams
 	// A session left idle inside a transaction pins the xmin horizon: no
