@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -18,8 +19,9 @@ type fakeStore struct {
 	conns   map[string]bus.Connection
 	keys    []bus.SigningKey
 	secrets map[string][]byte
-	views   int   // View calls, to see cache hits
-	fail    error // when set, View and Update return it
+	views   int           // View calls, to see cache hits
+	fail    error         // when set, View and Update return it
+	delay   time.Duration // each View takes this long (a store across a network)
 	// onKeyCreate, when set, runs before SigningKeyCreate (to let "another
 	// node" win the race) and its error is returned.
 	onKeyCreate func(f *fakeTx) error
@@ -44,6 +46,10 @@ func (f *fakeStore) Update(_ context.Context, fn func(tx bus.Tx) error) error {
 }
 
 func (f *fakeStore) View(_ context.Context, fn func(tx bus.Tx) error) error {
+	f.mu.Lock()
+	d := f.delay
+	f.mu.Unlock()
+	time.Sleep(d)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.views++

@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"errors"
+	"hash/maphash"
+	"sync"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -52,13 +54,19 @@ type TokenService struct {
 	signer   *Signer
 	clock    bus.Clock
 	failures FailureLimiter
+	// attempts serializes, on this node, the attempts for one client id
+	// (by a hash, in stripes) from the check of the failure limits to the
+	// count of a failure: attempts sent all at once must not all pass the
+	// check before any of them is counted.
+	attempts [64]sync.Mutex
+	seed     maphash.Seed
 }
 
 // NewTokenService returns a token service that reads connections from store,
 // signs with signer and limits failed authentications with failures
 // (NewMemoryFailureLimiter for one node).
 func NewTokenService(store bus.Store, signer *Signer, clock bus.Clock, failures FailureLimiter) *TokenService {
-	return &TokenService{store: store, signer: signer, clock: clock, failures: failures}
+	return &TokenService{store: store, signer: signer, clock: clock, failures: failures, seed: maphash.MakeSeed()}
 }
 
 // dummyHash is compared against when the client is unknown, so that an
@@ -80,6 +88,9 @@ func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, rem
 	// not looked up, and the limiter counts its failures under a key of
 	// bounded size that is no connection's id (LimiterKey).
 	lookup := bus.PlainText(clientID) && len(clientID) <= bus.MaxIDLength
+	mu := &s.attempts[maphash.String(s.seed, clientID)%uint64(len(s.attempts))]
+	mu.Lock()
+	defer mu.Unlock()
 	wait, err := s.failures.Blocked(ctx, clientID, remoteAddr)
 	if err != nil {
 		return nil, unavailable(err)

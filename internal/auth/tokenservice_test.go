@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,5 +230,40 @@ func TestExchangeStoreBugIsServerError(t *testing.T) {
 	wantOAuth(t, res, oe, 500, "server_error", secret)
 	if oe.RetryAfter != 0 {
 		t.Fatalf("oe = %+v", oe)
+	}
+}
+
+// TestExchangeConcurrentFailuresAreCounted: wrong secrets for one client
+// id sent all at once, against a store whose reads take a while, are
+// counted in turn: exactly the limit's number get 401, the rest 429.
+func TestExchangeConcurrentFailuresAreCounted(t *testing.T) {
+	e := newTokenEnv(t)
+	c, _ := addConn(t, e.store, e.clock, bus.KindConsumer)
+	e.store.mu.Lock()
+	e.store.delay = 2 * time.Millisecond
+	e.store.mu.Unlock()
+	const burst = 100
+	codes := make(chan string, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, oe := e.svc.Exchange(context.Background(), c.ID, "wrong", fmt.Sprintf("198.51.%d.%d:1", i/200, i%200))
+			if oe == nil {
+				codes <- "ok"
+				return
+			}
+			codes <- oe.Code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	got := map[string]int{}
+	for code := range codes {
+		got[code]++
+	}
+	if got[OAuthInvalidClient] != FailuresPerClient || got[OAuthSlowDown] != burst-FailuresPerClient {
+		t.Fatalf("%d wrong secrets at once: %v, want %d invalid_client and the rest slow_down", burst, got, FailuresPerClient)
 	}
 }
