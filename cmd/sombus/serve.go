@@ -73,7 +73,7 @@ func newServeCommand() *cobra.Command {
 			if logFormat == "text" {
 				h = slog.NewTextHandler(os.Stderr, opts)
 			}
-			cfg.Logger = slog.New(h)
+			cfg.Logger = slog.New(newThrottle(h, logRepeatEvery))
 			cfg.Stdout = cmd.OutOrStdout()
 			if percent, limit := gcDefaults(); percent != 0 || limit != 0 {
 				cfg.Logger.Debug("garbage collector", "gc_percent", percent, "memory_limit_bytes", limit)

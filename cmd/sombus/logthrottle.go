@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// logRepeatEvery is how often a node logs a warning or an error of the same
+// message at most.
+const logRepeatEvery = 10 * time.Second
+
+// maxThrottledMessages bounds the messages a throttle remembers.
+const maxThrottledMessages = 1024
+
+// throttle is a slog.Handler that passes warnings and errors of one message
+// at most once every logRepeatEvery: during an outage every request and
+// every round of background work meets the same failure, and the log must
+// say so, not repeat it thousands of times a second. The line that passes
+// after a quiet spell carries repeated=N, the lines of its message dropped
+// since the last one passed. Lines below Warn all pass.
+type throttle struct {
+	next  slog.Handler
+	every time.Duration
+	state *throttleState
+}
+
+type throttleState struct {
+	mu   sync.Mutex
+	seen map[string]*throttled
+}
+
+// throttled is what a throttle knows of one message.
+type throttled struct {
+	at      time.Time // when a line of it last passed
+	dropped int       // lines dropped since
+}
+
+func newThrottle(next slog.Handler, every time.Duration) *throttle {
+	return &throttle{next: next, every: every, state: &throttleState{seen: map[string]*throttled{}}}
+}
+
+func (t *throttle) Enabled(ctx context.Context, l slog.Level) bool { return t.next.Enabled(ctx, l) }
+
+func (t *throttle) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return t.next.Handle(ctx, r)
+	}
+	key := r.Level.String() + "\x00" + r.Message
+	now := r.Time
+	if now.IsZero() {
+		now = time.Now()
+	}
+	st := t.state
+	st.mu.Lock()
+	s := st.seen[key]
+	if s != nil && now.Sub(s.at) < t.every && !now.Before(s.at) {
+		s.dropped++
+		st.mu.Unlock()
+		return nil
+	}
+	dropped := 0
+	if s != nil {
+		dropped = s.dropped
+	}
+	if s == nil && len(st.seen) >= maxThrottledMessages {
+		clear(st.seen) // messages are a fixed set in practice; this bounds the worst case
+	}
+	st.seen[key] = &throttled{at: now}
+	st.mu.Unlock()
+	if dropped > 0 {
+		r = r.Clone()
+		r.AddAttrs(slog.Int("repeated", dropped))
+	}
+	return t.next.Handle(ctx, r)
+}
+
+func (t *throttle) WithAttrs(as []slog.Attr) slog.Handler {
+	return &throttle{next: t.next.WithAttrs(as), every: t.every, state: t.state}
+}
+
+func (t *throttle) WithGroup(name string) slog.Handler {
+	return &throttle{next: t.next.WithGroup(name), every: t.every, state: t.state}
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestThrottleRepeatedWarnings: a warning or an error of one message passes
+// at most once every interval, the next one passed says how many were
+// dropped, other messages and lower levels are not held back, and loggers
+// made With attributes share the count.
+func TestThrottleRepeatedWarnings(t *testing.T) {
+	var out bytes.Buffer
+	h := newThrottle(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}), 10*time.Second)
+	log := slog.New(h)
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	emit := func(at time.Duration, level slog.Level, msg string, l *slog.Logger) {
+		r := slog.NewRecord(t0.Add(at), level, msg, 0)
+		_ = l.Handler().Handle(context.Background(), r)
+	}
+	for i := range 1000 {
+		emit(time.Duration(i)*time.Millisecond, slog.LevelWarn, "store unavailable", log)
+		emit(time.Duration(i)*time.Millisecond, slog.LevelInfo, "request", log)
+	}
+	emit(time.Second, slog.LevelError, "store unavailable", log) // another level: its own count
+	emit(2*time.Second, slog.LevelWarn, "other", log)
+	emit(3*time.Second, slog.LevelWarn, "store unavailable", log.With("queue_id", "c1"))
+	emit(11*time.Second, slog.LevelWarn, "store unavailable", log)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	count := func(s string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, s) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(`level=WARN msg="store unavailable"`); n != 2 {
+		t.Fatalf("%d warnings of one message over 11 s, want 2:\n%s", n, out.String())
+	}
+	if !strings.Contains(lines[len(lines)-1], "repeated=1000") {
+		t.Fatalf("the warning after the quiet spell does not count the 1000 dropped: %s", lines[len(lines)-1])
+	}
+	if n := count("msg=request"); n != 1000 {
+		t.Fatalf("%d info lines passed, want every one (1000)", n)
+	}
+	if count(`level=ERROR msg="store unavailable"`) != 1 || count("msg=other") != 1 {
+		t.Fatalf("another level or message was held back:\n%s", out.String())
+	}
+}
