@@ -574,8 +574,23 @@ func (s *Server) Close() error {
 	s.stopBG()
 	<-s.bgDone
 	s.svc.Stop()
-	if cerr := s.store.Close(); err == nil {
-		err = cerr
+	// A database that stopped answering (a frozen server, a host that drops
+	// packets) would hold the store's Close, which waits for its calls in
+	// flight, and so the process, for as long as that lasts: it gets the
+	// grace, then the node stops without it.
+	closed := make(chan error, 1)
+	go func() { closed <- s.store.Close() }()
+	select {
+	case cerr := <-closed:
+		if err == nil {
+			err = cerr
+		}
+	case <-time.After(s.cfg.ShutdownGrace):
+		s.log.Error("the store did not close within the shutdown grace (a database that does not answer?); stopping without it",
+			"grace", s.cfg.ShutdownGrace)
+		if err == nil {
+			err = fmt.Errorf("close store: not closed within %s", s.cfg.ShutdownGrace)
+		}
 	}
 	s.log.Info("sombus stopped")
 	return err

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server"
 	"github.com/sombus/sombus/internal/server/servertest"
 )
@@ -259,5 +260,42 @@ func TestIgnoredBootstrapKeyWarns(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), servertest.BootstrapKey) {
 		t.Fatal("the bootstrap key appears in the log")
+	}
+}
+
+// hangingClose is a store whose Close does not return until released, as
+// when the database stopped answering with calls in flight.
+type hangingClose struct {
+	bus.Store
+	release chan struct{}
+}
+
+func (h *hangingClose) Close() error {
+	<-h.release
+	return h.Store.Close()
+}
+
+// TestCloseDoesNotWaitForAHungStore: a store whose Close hangs holds the
+// node's Close for the shutdown grace only; then it stops, saying so.
+func TestCloseDoesNotWaitForAHungStore(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	hung := &hangingClose{release: make(chan struct{})}
+	defer close(hung.release)
+	srv, err := server.New(context.Background(), server.Config{
+		Listen: "127.0.0.1:0", Store: "sqlite:" + filepath.Join(servertest.TempDir(t), "s.db"),
+		ShutdownGrace: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		WrapStore: func(s bus.Store) bus.Store { hung.Store = s; return hung },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = srv.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Close took %s with a hung store", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not closed within") || !strings.Contains(logs.String(), "did not close within the shutdown grace") {
+		t.Fatalf("Close: %v; log:\n%s", err, logs.String())
 	}
 }
