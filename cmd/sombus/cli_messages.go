@@ -382,13 +382,20 @@ func printMessages(o *cliOptions, cmd *cobra.Command, msgs []client.Message, hea
 	_ = tw.Flush()
 }
 
+// ackTimeout bounds receive --ack's acknowledgement, retries included.
+const ackTimeout = 30 * time.Second
+
 func ackAll(ctx context.Context, cmd *cobra.Command, c *client.Consumer, msgs []client.Message) error {
 	hs := make([]string, len(msgs))
 	for i, m := range msgs {
 		hs[i] = m.ReceiptHandle
 	}
-	// The acknowledgement goes out even when interrupted right after printing.
-	res, err := c.Ack(context.WithoutCancel(ctx), hs...)
+	// The acknowledgement goes out even when interrupted right after
+	// printing, but within a bound: a bus that stopped answering must not
+	// keep the command (and every Ctrl-C after the first) for minutes.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	res, err := c.Ack(actx, hs...)
 	if err != nil {
 		return fmt.Errorf("acknowledge: %w", err)
 	}
