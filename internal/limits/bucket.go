@@ -108,13 +108,8 @@ type Usage struct {
 // downgrade never leaves more than the new burst. Today's count carries over
 // and is compared with the new tier's quota.
 //
-// A clock that goes backwards never gives more than a burst: the deficit is
-// capped at the burst and the day's count is reset only when a later day
-// begins. A bucket that comes back full more than ClockStepTolerance past
-// its capacity can only come from a clock stepped back (or a node whose
-// clock runs that far behind the others'): it is taken as empty at now and
-// stored so, even by a refusal, so that the connection gets its rate back
-// after one interval instead of being refused for the whole step.
+// A clock that goes backwards never gives more: the deficit is capped at the
+// burst and the day's count is reset only when a later day begins.
 func Take(s State, tier Tier, now time.Time) (State, Decision) {
 	now = now.UTC()
 	d := Decision{Tier: tier, QuotaRemaining: -1}
@@ -128,12 +123,11 @@ func Take(s State, tier Tier, now time.Time) (State, Decision) {
 	untilMidnight := dayOf(now).Add(24 * time.Hour).Sub(now)
 
 	var iv, capacity, deficit, rateWait time.Duration
-	rateOut, stepped := false, false
+	rateOut := false
 	if tier.RateLimited() {
 		iv = tier.Interval()
 		capacity = time.Duration(tier.Burst) * iv
 		deficit = s.Bucket.deficit(iv, capacity, now)
-		stepped = s.Bucket.Full.Sub(now) > capacity+ClockStepTolerance
 		if deficit+iv > capacity {
 			rateOut = true
 			rateWait = deficit + iv - capacity
@@ -151,7 +145,7 @@ func Take(s State, tier Tier, now time.Time) (State, Decision) {
 	// older than the last one's, as happens when nodes' requests reach the
 	// shared state out of order), and writing now+capacity back would hand
 	// tokens out again.
-	if tier.RateLimited() && (d.Allowed || s.Bucket.Interval != iv || stepped) {
+	if tier.RateLimited() && (d.Allowed || s.Bucket.Interval != iv) {
 		next.Bucket = BucketState{}
 		if deficit > 0 {
 			next.Bucket = BucketState{Full: now.Add(deficit), Interval: iv}
@@ -220,10 +214,6 @@ func (b BucketState) deficit(iv, capacity time.Duration, now time.Time) time.Dur
 	}
 	return min(d, capacity)
 }
-
-// ClockStepTolerance is how far beyond its capacity a bucket's end may lie
-// ahead of now before Take takes the clock to have stepped back.
-const ClockStepTolerance = 5 * time.Second
 
 // dayOf is 00:00 UTC of t's UTC day.
 func dayOf(t time.Time) time.Time {

@@ -517,40 +517,6 @@ func TestClockGoingBackNeverGivesMore(t *testing.T) {
 	}
 }
 
-// TestClockSteppedBackRecovers: after the clock steps back an hour, the
-// first request is refused (the bucket is taken as empty at the new now),
-// and from one interval later the connection gets its rate again, not a
-// refusal for the whole hour; it never gets more than a burst at once.
-func TestClockSteppedBackRecovers(t *testing.T) {
-	t.Parallel()
-	std := limits.Standard()
-	var s limits.State
-	var d limits.Decision
-	for range 5 {
-		s, d = limits.Take(s, std, t0)
-	}
-	back := t0.Add(-time.Hour)
-	if s, d = limits.Take(s, std, back); d.Allowed || d.RetryAfter != 50*time.Millisecond {
-		t.Fatalf("right after the step: %+v, want refused for one interval", d)
-	}
-	allowed := 0
-	for i := range 200 {
-		if s, d = limits.Take(s, std, back.Add(50*time.Millisecond+time.Duration(i)*time.Millisecond)); d.Allowed {
-			allowed++
-		}
-	}
-	// 200 ms at 20 a second from an empty bucket: four or five.
-	if allowed < 3 || allowed > 5 {
-		t.Fatalf("%d allowed in the 200 ms after the step's first interval, want the rate's 4 or so", allowed)
-	}
-	// A step within the tolerance (the 100 ms of nodes' requests reaching
-	// the shared state out of order) still leaves the bucket as it was.
-	full := s.Bucket.Full
-	if s2, d := limits.Take(s, std, full.Add(-std.Interval()*time.Duration(std.Burst)-time.Second)); d.Allowed || !s2.Bucket.Full.Equal(full) {
-		t.Fatalf("an old now within the tolerance: allowed=%v, bucket %v, want refused and %v", d.Allowed, s2.Bucket.Full, full)
-	}
-}
-
 func TestHeadersOnEveryAnswer(t *testing.T) {
 	t.Parallel()
 	m, clock := setup(t)
