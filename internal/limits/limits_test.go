@@ -517,6 +517,41 @@ func TestClockGoingBackNeverGivesMore(t *testing.T) {
 	}
 }
 
+// TestClockSteppedBackRecovers: after the clock steps back an hour, the
+// in-process limiter refuses the first request (the bucket is taken as
+// empty at the new now) and from one interval later gives the rate again,
+// not a refusal for the whole hour; never more than a burst at once.
+func TestClockSteppedBackRecovers(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	std := limits.Standard()
+	for range 5 {
+		allow(t, l, "k", std, t0)
+	}
+	back := t0.Add(-time.Hour)
+	if d := allow(t, l, "k", std, back); d.Allowed || d.RetryAfter != 50*time.Millisecond {
+		t.Fatalf("right after the step: %+v, want refused for one interval", d)
+	}
+	allowed := 0
+	for i := range 200 {
+		if allow(t, l, "k", std, back.Add(50*time.Millisecond+time.Duration(i)*time.Millisecond)).Allowed {
+			allowed++
+		}
+	}
+	// 200 ms at 20 a second from an empty bucket: four or so.
+	if allowed < 3 || allowed > 5 {
+		t.Fatalf("%d allowed in the 200 ms after the step's first interval, want the rate's 4 or so", allowed)
+	}
+	// An old now within the tolerance (requests reaching the limiter out
+	// of order) is refused and changes nothing: still nothing at back+250ms
+	// beyond the rate.
+	for range 3 {
+		if d := allow(t, l, "k", std, back.Add(250*time.Millisecond-3*time.Second)); d.Allowed {
+			t.Fatal("an old now within the tolerance was allowed")
+		}
+	}
+}
+
 func TestHeadersOnEveryAnswer(t *testing.T) {
 	t.Parallel()
 	m, clock := setup(t)

@@ -92,6 +92,7 @@ func (m *Memory) Allow(_ context.Context, key string, tier Tier, now time.Time) 
 			continue
 		}
 		var d Decision
+		e.state = afterClockStep(e.state, tier, now)
 		e.state, d = Take(e.state, tier, now)
 		e.mu.Unlock()
 		return d, nil
@@ -182,4 +183,30 @@ func (sh *memShard) sweepLocked(now time.Time) int {
 		e.mu.Unlock()
 	}
 	return n
+}
+
+// ClockStepTolerance is how far beyond its capacity a bucket's end may lie
+// ahead of now before the in-process limiter takes the clock to have
+// stepped back.
+const ClockStepTolerance = 5 * time.Second
+
+// afterClockStep returns s with its bucket taken as empty at now when its
+// end lies more than ClockStepTolerance beyond its capacity ahead of now:
+// on one node that can only be the clock stepped back (an hour, say), and
+// Take, which lets a refused request change nothing, would refuse every
+// request until the clock caught up with the bucket's end. So the first
+// request after the step is refused and the rate comes back one interval
+// later, a burst at most. The PostgreSQL limiter, shared by nodes, does not
+// do this: a node whose clock runs behind would reset the bucket for all of
+// them again and again.
+func afterClockStep(s State, tier Tier, now time.Time) State {
+	if !tier.RateLimited() {
+		return s
+	}
+	iv := tier.Interval()
+	capacity := time.Duration(tier.Burst) * iv
+	if s.Bucket.Full.Sub(now) > capacity+ClockStepTolerance {
+		s.Bucket = BucketState{Full: now.Add(capacity), Interval: iv}
+	}
+	return s
 }
