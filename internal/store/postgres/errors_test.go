@@ -50,7 +50,7 @@ func TestInterpretError(t *testing.T) {
 		{"undefined table", pgErr("42P01"), nil, false, false},
 		{"syntax error", pgErr("42601"), nil, false, false},
 		{"check violation", pgErr("23514"), nil, false, false},
-		{"read only transaction", pgErr("25006"), nil, true, false},
+		{"read only transaction", pgErr("25006"), nil, false, false},
 		{"query canceled (statement_timeout)", pgErr("57014"), nil, true, false},
 		{"lock timeout", pgErr("55P03"), nil, true, false},
 		{"net error", fmt.Errorf("read: %w", opErr), nil, true, false},

@@ -402,10 +402,11 @@ func interpretError(err error) error {
 // (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now),
 // an I/O error (58030), a lock or a statement that ran past its timeout
 // (55P03 lock_not_available under lock_timeout, 57014 query_canceled under
-// statement_timeout), or a database that takes no writes (25006
-// read_only_sql_transaction: a standby after a failover, or
-// default_transaction_read_only). Every other error names a fault of the
-// request or of sombus.
+// statement_timeout). Every other error names a fault of the request or
+// of sombus. (A database that takes no writes, a standby after a failover,
+// answers writes with 25006, which stays a fault here: the store's own
+// read-only transactions give it too when sombus writes in one by
+// mistake. Ping reports such a database not ready instead.)
 func unavailableSQLState(code string) bool {
 	if len(code) != 5 {
 		return false
@@ -415,7 +416,7 @@ func unavailableSQLState(code string) bool {
 		return true
 	}
 	switch code {
-	case "57P01", "57P02", "57P03", "58030", "55P03", "57014", "25006":
+	case "57P01", "57P02", "57P03", "58030", "55P03", "57014":
 		return true
 	}
 	return false
