@@ -550,7 +550,8 @@ func (s *Server) Wait(ctx context.Context) error {
 // flight finish (up to ShutdownGrace), then the store closes.
 func (s *Server) Close() error {
 	s.svc.BeginShutdown()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	deadline := time.Now().Add(s.cfg.ShutdownGrace)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if s.metrics != nil {
 		// Scrapes are short: close the metrics listener first, at once.
@@ -577,7 +578,7 @@ func (s *Server) Close() error {
 	// A database that stopped answering (a frozen server, a host that drops
 	// packets) would hold the store's Close, which waits for its calls in
 	// flight, and so the process, for as long as that lasts: it gets the
-	// grace, then the node stops without it.
+	// rest of the grace (5 s at least), then the node stops without it.
 	closed := make(chan error, 1)
 	go func() { closed <- s.store.Close() }()
 	select {
@@ -585,7 +586,7 @@ func (s *Server) Close() error {
 		if err == nil {
 			err = cerr
 		}
-	case <-time.After(s.cfg.ShutdownGrace):
+	case <-time.After(max(time.Until(deadline), 5*time.Second)):
 		s.log.Error("the store did not close within the shutdown grace (a database that does not answer?); stopping without it",
 			"grace", s.cfg.ShutdownGrace)
 		if err == nil {
