@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -287,6 +288,11 @@ receipt handle and envelope.`,
 			if visibility < 0 || visibility > client.MaxVisibility {
 				return fmt.Errorf("--visibility must be 0 to %s (got %s)", shortDuration(client.MaxVisibility), visibility)
 			}
+			if follow && !ack && visibility == 0 && cmd.Flags().Changed("visibility") {
+				// Each message would be ready again at once and received
+				// again, over and over, into the dead-letter queue.
+				return errors.New("--visibility 0 with --follow needs --ack: otherwise every message comes back at once, again and again, until it is dead-lettered")
+			}
 			cfg, err := o.clientConfig()
 			if err != nil {
 				return err
@@ -315,8 +321,7 @@ receipt handle and envelope.`,
 					if follow && ctx.Err() != nil {
 						return nil
 					}
-					var ce *client.Error
-					if follow && (!errors.As(err, &ce) || ce.Temporary()) {
+					if follow && transient(err) {
 						// --follow rides out a restart or a lost network:
 						// it says so and tries again, backing off.
 						failures++
@@ -406,4 +411,21 @@ func ackAll(ctx context.Context, cmd *cobra.Command, c *client.Consumer, msgs []
 		return fmt.Errorf("acknowledge: %d of %d messages were not acknowledged (they come back when their visibility runs out)", len(res.Failed), len(hs))
 	}
 	return nil
+}
+
+// transient says whether a receive error may pass by itself: a refusal the
+// bus marks temporary (429, 503), a network error (refused, reset), a
+// connection closed early, or a timeout. Anything else (a wrong
+// certificate, a revoked connection, a bad URL) ends --follow.
+func transient(err error) bool {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.Temporary()
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

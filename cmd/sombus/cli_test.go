@@ -469,6 +469,7 @@ func TestCLIReceiveFlagLimits(t *testing.T) {
 		{[]string{"--wait", "30s"}, "--wait must be 0 to 20s (got 30s)"},
 		{[]string{"--wait", "-1s"}, "--wait must be 0 to 20s (got -1s)"},
 		{[]string{"--visibility", "13h"}, "--visibility must be 0 to 12h (got 13h0m0s)"},
+		{[]string{"--visibility", "0s", "--follow"}, "--visibility 0 with --follow needs --ack: otherwise every message comes back at once, again and again, until it is dead-lettered"},
 	} {
 		_, _, err := c.run(append(append([]string{"receive"}, tc.flags...), creds...)...)
 		if err == nil || err.Error() != tc.want {
