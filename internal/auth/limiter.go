@@ -45,10 +45,10 @@ const MaxLimiterKey = 256
 // its size nor its bytes may be the request's choice. Both limiters apply
 // it, so both stores count the same text under the same key.
 func LimiterKey(clientID string) string {
-	if len(clientID) <= MaxLimiterKey && bus.PlainText(clientID) {
-		return clientID
-	}
 	if len(clientID) <= MaxLimiterKey {
+		if bus.PlainText(clientID) {
+			return clientID
+		}
 		if q := strconv.QuoteToASCII(clientID); len(q) <= MaxLimiterKey {
 			return q
 		}

@@ -519,7 +519,7 @@ func (s *Service) RotateSecret(ctx context.Context, a *Actor, workspaceID, id, o
 // that showed version from, sent again (a reload, a second click), is
 // refused instead of rotating a second time, which would end the overlap
 // of the secret the clients still use.
-func (s *Service) RotateSecretFrom(ctx context.Context, a *Actor, workspaceID, id, overlap string, from int) (SecretIssued, error) {
+func (s *Service) RotateSecretFrom(ctx context.Context, a *Actor, workspaceID, id, overlap string, from int64) (SecretIssued, error) {
 	if overlap == "" {
 		overlap = "24h"
 	}
@@ -532,7 +532,7 @@ func (s *Service) RotateSecretFrom(ctx context.Context, a *Actor, workspaceID, i
 		if c.SecretState != SecretActive {
 			return nil, Errorf(RuleManageConflict, "Connection %s has no active secret to rotate; get a client secret first.", c.ID)
 		}
-		if from > 0 && c.CredentialVersion != int64(from) {
+		if from > 0 && c.CredentialVersion != from {
 			return nil, Errorf(RuleManageConflict, "The secret was rotated since this page was shown (it is at version %d now, not %d); nothing was changed.", c.CredentialVersion, from)
 		}
 		c.CredentialVersion++

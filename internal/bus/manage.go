@@ -202,8 +202,8 @@ func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) 
 	if err := checkName("name", p.Name); err != nil {
 		return User{}, err
 	}
-	if !PlainEmail(p.Email) {
-		return User{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most %d characters.", MaxEmailLength)
+	if err := checkEmail(p.Email); err != nil {
+		return User{}, err
 	}
 	u := User{ID: NewID(PrefixUser), Name: p.Name, Email: p.Email, Operator: p.Operator, CreatedAt: s.clock.Now()}
 	err := s.store.Update(ctx, func(tx Tx) error {

@@ -323,8 +323,8 @@ func (s *Service) SetMemberByEmail(ctx context.Context, a *Actor, workspaceID, e
 	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
 		return Member{}, err
 	}
-	if !PlainEmail(email) {
-		return Member{}, Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most %d characters.", MaxEmailLength)
+	if err := checkEmail(email); err != nil {
+		return Member{}, err
 	}
 	var u User
 	err := s.store.View(ctx, func(tx Tx) error {

@@ -38,6 +38,14 @@ func PlainEmail(s string) bool {
 	return err == nil && addr.Address == s
 }
 
+// checkEmail refuses an email that is not PlainEmail, naming the field.
+func checkEmail(email string) error {
+	if !PlainEmail(email) {
+		return Errorf(RuleManageBadRequest, "email must be a plain e-mail address of at most %d characters.", MaxEmailLength)
+	}
+	return nil
+}
+
 // checkText refuses a value that is not PlainText, naming its field.
 func checkText(field, v string) error {
 	if !utf8.ValidString(v) {

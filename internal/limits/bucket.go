@@ -126,7 +126,7 @@ func Take(s State, tier Tier, now time.Time) (State, Decision) {
 	rateOut := false
 	if tier.RateLimited() {
 		iv = tier.Interval()
-		capacity = time.Duration(tier.Burst) * iv
+		capacity = tier.capacity()
 		deficit = s.Bucket.deficit(iv, capacity, now)
 		if deficit+iv > capacity {
 			rateOut = true

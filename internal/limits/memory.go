@@ -203,10 +203,8 @@ func afterClockStep(s State, tier Tier, now time.Time) State {
 	if !tier.RateLimited() {
 		return s
 	}
-	iv := tier.Interval()
-	capacity := time.Duration(tier.Burst) * iv
-	if s.Bucket.Full.Sub(now) > capacity+ClockStepTolerance {
-		s.Bucket = BucketState{Full: now.Add(capacity), Interval: iv}
+	if capacity := tier.capacity(); s.Bucket.Full.Sub(now) > capacity+ClockStepTolerance {
+		s.Bucket = BucketState{Full: now.Add(capacity), Interval: tier.Interval()}
 	}
 	return s
 }

@@ -84,6 +84,10 @@ func (t Tier) Interval() time.Duration {
 	return max(iv, 1)
 }
 
+// capacity is the time a full bucket of the tier takes to fill from
+// empty: the burst's tokens at one an interval.
+func (t Tier) capacity() time.Duration { return time.Duration(t.Burst) * t.Interval() }
+
 // Validate checks a tier handed to a Limiter: a name, and either no limit or
 // values within bounds for each of the bucket and the quota.
 func (t Tier) Validate() error {

@@ -303,9 +303,9 @@ func (p *Portal) issueSecret(w http.ResponseWriter, r *http.Request, s *Session)
 func (p *Portal) rotateSecret(w http.ResponseWriter, r *http.Request, s *Session) error {
 	// The form names the version it rotates from, so that sending it again
 	// (a reload of the page that shows the new secret) rotates nothing.
-	from := 0
+	var from int64
 	if v := r.PostForm.Get("version"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
 			return p.connectionFail(w, r, s, "rotate", bus.Errorf(bus.RuleManageBadRequest, "version must be a credential version (a positive integer)."))
 		}
