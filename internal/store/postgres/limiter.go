@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sombus/sombus/internal/limits"
 )
@@ -28,6 +25,9 @@ const limitsSweepEvery = time.Minute
 // bucket. Safe for concurrent use.
 type Limiter struct {
 	s *Store
+	// dbClock: decide at the database's clock, not at the now Allow,
+	// Usage and Sweep are given (see RateLimiter).
+	dbClock bool
 	// nextSweep is the unix nanoseconds of the next sweep of idle rows.
 	nextSweep atomic.Int64
 
@@ -174,8 +174,23 @@ func (l *Limiter) writeCounts(ctx context.Context, batch map[pendingCount]int64)
 var _ limits.Limiter = (*Limiter)(nil)
 
 // Limiter returns the rate limiter and daily quota counter shared by every
-// node on this database.
+// node on this database, deciding at the times it is given (tests drive it
+// through a day in a second). A node uses RateLimiter's, which reads the
+// time from the database.
 func (s *Store) Limiter() *Limiter { return &Limiter{s: s} }
+
+// dbNow is the database's clock in unix nanoseconds (microsecond steps).
+const dbNow = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000`
+
+// nowArg is the now a statement decides at: nil, the database's clock
+// (dbNow), for a limiter on dbClock.
+func (l *Limiter) nowArg(now time.Time) *int64 {
+	if l.dbClock {
+		return nil
+	}
+	v := now.UnixNano()
+	return &v
+}
 
 // The decision is one statement, so one round trip: sombus_limit_take
 // (migration 0003) locks the key's row, applies limits.Take's arithmetic,
@@ -186,16 +201,23 @@ func (s *Store) Limiter() *Limiter { return &Limiter{s: s} }
 // not wait for the disk (see the migration), with no round trip in
 // between, so requests on one key queue on it only for microseconds.
 const (
-	limitTake = `SELECT old_full, old_iv, old_day, old_count, new_full, new_iv, new_day, new_count
-		FROM sombus_limit_take($1, $2, $3, $4, $5, $6)`
-	limitRead = `SELECT bucket_full, bucket_interval, quota_day, quota_count FROM rate_limits WHERE key = $1`
+	// Each statement decides at $2 (limitSweep: $1), or at the
+	// database's clock when that is NULL, and limitTake and limitRead
+	// return the time they used. The UTC day of a time is its whole
+	// multiples of 24 h since the epoch, as time.Truncate makes it.
+	limitTake = `SELECT l.old_full, l.old_iv, l.old_day, l.old_count, l.new_full, l.new_iv, l.new_day, l.new_count, t.ns
+		FROM (SELECT COALESCE($2::bigint, ` + dbNow + `) AS ns) t,
+		     sombus_limit_take($1, t.ns, t.ns / 86400000000000 * 86400, $3, $4, $5) l`
+	limitRead = `SELECT r.bucket_full, r.bucket_interval, r.quota_day, r.quota_count, t.ns
+		FROM (SELECT COALESCE($2::bigint, ` + dbNow + `) AS ns) t LEFT JOIN rate_limits r ON r.key = $1`
 	// limitSweep deletes the states that limits.State.Idle calls idle: the
 	// bucket is full again and nothing was counted today. Under READ
 	// COMMITTED a row that an Allow changed meanwhile is checked again in
 	// its new version, so a state in use is never deleted.
-	limitSweep = `DELETE FROM rate_limits
-		WHERE (bucket_full IS NULL OR bucket_full <= $1)
-		  AND (quota_count = 0 OR quota_day IS NULL OR quota_day < $2)`
+	limitSweep = `WITH t AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ns)
+		DELETE FROM rate_limits
+		WHERE (bucket_full IS NULL OR bucket_full <= (SELECT ns FROM t))
+		  AND (quota_count = 0 OR quota_day IS NULL OR quota_day < (SELECT ns / 86400000000000 * 86400 FROM t))`
 )
 
 // Allow implements limits.Limiter.
@@ -208,7 +230,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, tier limits.Tier, now t
 		l.countUnlimited(ctx, key, now)
 		return d, nil
 	}
-	old, stored, err := l.take(ctx, key, tier, now)
+	old, stored, now, err := l.take(ctx, key, tier, now)
 	if err != nil {
 		return limits.Decision{}, fmt.Errorf("postgres: limits: %w", interpretError(err))
 	}
@@ -267,11 +289,8 @@ func (a rowState) toState() limits.State {
 }
 
 // take runs sombus_limit_take: the state it found for key (as a
-// limits.State) and the row state it stored.
-func (l *Limiter) take(ctx context.Context, key string, tier limits.Tier, now time.Time) (limits.State, rowState, error) {
-	now = now.UTC()
-	// UTC days are whole multiples of 24h since the zero time.
-	today := now.Truncate(24 * time.Hour).Unix()
+// limits.State), the row state it stored, and the time it decided at.
+func (l *Limiter) take(ctx context.Context, key string, tier limits.Tier, now time.Time) (limits.State, rowState, time.Time, error) {
 	var iv, burst, quota int64
 	if tier.RateLimited() {
 		iv, burst = int64(tier.Interval()), int64(tier.Burst)
@@ -280,12 +299,13 @@ func (l *Limiter) take(ctx context.Context, key string, tier limits.Tier, now ti
 		quota = tier.DailyQuota
 	}
 	var old, stored rowState
-	err := l.s.pool.QueryRow(ctx, limitTake, key, now.UnixNano(), today, iv, burst, quota).Scan(
-		&old.full, &old.iv, &old.day, &old.n, &stored.full, &stored.iv, &stored.day, &stored.n)
+	var at int64
+	err := l.s.pool.QueryRow(ctx, limitTake, key, l.nowArg(now), iv, burst, quota).Scan(
+		&old.full, &old.iv, &old.day, &old.n, &stored.full, &stored.iv, &stored.day, &stored.n, &at)
 	if err != nil {
-		return limits.State{}, rowState{}, err
+		return limits.State{}, rowState{}, time.Time{}, err
 	}
-	return old.toState(), stored, nil
+	return old.toState(), stored, time.Unix(0, at).UTC(), nil
 }
 
 // Usage implements limits.Limiter.
@@ -294,20 +314,26 @@ func (l *Limiter) Usage(ctx context.Context, key string, tier limits.Tier, now t
 		return limits.Usage{}, err
 	}
 	l.flushPending(ctx) // this node's unlimited counts, so usage shows them
-	st, err := scanState(l.s.pool.QueryRow(ctx, limitRead, key))
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var r struct{ full, iv, day, n *int64 }
+	var at int64
+	err := l.s.pool.QueryRow(ctx, limitRead, key, l.nowArg(now)).Scan(&r.full, &r.iv, &r.day, &r.n, &at)
+	if err != nil {
 		return limits.Usage{}, fmt.Errorf("postgres: limits: %w", interpretError(err))
 	}
-	return limits.UsageOf(st, tier, now), nil
+	st := rowState{full: r.full, day: r.day} // no row: the zero state
+	if r.iv != nil {
+		st.iv = *r.iv
+	}
+	if r.n != nil {
+		st.n = *r.n
+	}
+	return limits.UsageOf(st.toState(), tier, time.Unix(0, at).UTC()), nil
 }
 
 // Sweep deletes every idle state at now (see limits.State.Idle) and returns
 // how many it deleted. Allow runs it by itself about once a minute.
 func (l *Limiter) Sweep(ctx context.Context, now time.Time) (int, error) {
-	now = now.UTC()
-	// UTC days are whole multiples of 24h since the zero time.
-	today := now.Truncate(24 * time.Hour)
-	tag, err := l.s.pool.Exec(ctx, limitSweep, now.UnixNano(), today.Unix())
+	tag, err := l.s.pool.Exec(ctx, limitSweep, l.nowArg(now))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: limits: sweep: %w", interpretError(err))
 	}
@@ -335,15 +361,6 @@ func (l *Limiter) maybeSweep(ctx context.Context, now time.Time) {
 			l.s.logger.DebugContext(ctx, "postgres: limits: swept idle states", "deleted", n)
 		}
 	})
-}
-
-// scanState reads a rate_limits row into a limits.State.
-func scanState(row pgx.Row) (limits.State, error) {
-	var r rowState
-	if err := row.Scan(&r.full, &r.iv, &r.day, &r.n); err != nil {
-		return limits.State{}, err
-	}
-	return r.toState(), nil
 }
 
 // stateArgs are a limits.State's column values (NULL for zero times, which

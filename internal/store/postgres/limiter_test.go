@@ -415,9 +415,12 @@ func TestLimitTakeMatchesGo(t *testing.T) {
 			default:
 				now = now.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 			}
-			old, stored, err := l.take(t.Context(), key, tier, now)
+			old, stored, at, err := l.take(t.Context(), key, tier, now)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !at.Equal(now) {
+				t.Fatalf("seq %d step %d: decided at %v, given %v", seq, step, at, now)
 			}
 			next, _ := limits.Take(st, tier, now)
 			if got, want := newRowState(old), newRowState(st); !got.equal(want) {
@@ -688,5 +691,68 @@ func TestFailureSweepBesideRefusals(t *testing.T) {
 	})
 	if !rowsGone(t, s, `SELECT count(*) FROM auth_failures WHERE key = 'conn-1'`) {
 		t.Fatal("the ended window was not swept once its lock was released")
+	}
+}
+
+// TestRateLimiterUsesTheDatabaseClock: a node's limiter decides at the
+// database's clock, whatever time the node gives it, so nodes whose
+// clocks disagree still share one bucket. With each node's own clock, the
+// node an hour ahead would find the spent bucket full again, the node an
+// hour behind would be refused a fresh one, and the sweep of the node
+// ahead would delete the spent bucket for everyone.
+func TestRateLimiterUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	ahead, behind := a.RateLimiter(), b.RateLimiter()
+	tiny := limits.Tier{Name: "tiny", RatePerSecond: 0.01, Burst: 3, DailyQuota: 100}
+	now := time.Now()
+	allow := func(l limits.Limiter, key string, skew time.Duration) limits.Decision {
+		t.Helper()
+		d, err := l.Allow(t.Context(), key, tiny, now.Add(skew))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// The node behind spends the bucket; the node ahead finds it spent.
+	for i := range 3 {
+		if d := allow(behind, "k1", -time.Hour); !d.Allowed {
+			t.Fatalf("request %d behind: refused (%s) from a fresh bucket", i, d.Rule)
+		}
+	}
+	d := allow(ahead, "k1", time.Hour)
+	if d.Allowed {
+		t.Fatal("the node an hour ahead was allowed a request from a spent bucket")
+	}
+	if d.RetryAfter <= 0 || d.RetryAfter > 101*time.Second {
+		t.Fatalf("retry after %v, want the wait for one token (100 s)", d.RetryAfter)
+	}
+	// The sweep of the node ahead leaves the spent bucket in place.
+	if _, err := ahead.(*Limiter).Sweep(t.Context(), now.Add(365*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if d := allow(behind, "k1", 0); d.Allowed {
+		t.Fatal("allowed after the node ahead's sweep: it deleted a bucket in use")
+	}
+	// Usage counts at the database's day, whatever day the node is in.
+	u, err := ahead.Usage(t.Context(), "k1", tiny, now.Add(48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.RequestsToday != 3 {
+		t.Fatalf("usage %+v, want today's 3 requests", u)
+	}
+	// The node ahead spends part of a fresh bucket; the node behind gets
+	// the rest of it.
+	if d := allow(ahead, "k2", time.Hour); !d.Allowed {
+		t.Fatalf("ahead: refused (%s) from a fresh bucket", d.Rule)
+	}
+	for i := range 2 {
+		if d := allow(behind, "k2", -time.Hour); !d.Allowed {
+			t.Fatalf("request %d behind: refused (%s) with %d tokens left", i, d.Rule, 2-i)
+		}
+	}
+	if d := allow(behind, "k2", -time.Hour); d.Allowed {
+		t.Fatal("a fourth request was allowed from a bucket of 3")
 	}
 }

@@ -10,8 +10,13 @@ import (
 // rate limits and token failure windows as rows of that database, through
 // the server's optional store interfaces (LockStartup is the third).
 
-// RateLimiter returns Limiter as a limits.Limiter.
-func (s *Store) RateLimiter() limits.Limiter { return s.Limiter() }
+// RateLimiter returns the node's limits.Limiter: Limiter's, deciding at
+// the database's clock whatever time it is given, so that the nodes share
+// one clock for the buckets and days they share. A node whose own clock
+// runs ahead would otherwise find every bucket full again and its sweep
+// would delete states still in use; one behind, or stepped back, would
+// find the others' buckets spent further than they are.
+func (s *Store) RateLimiter() limits.Limiter { return &Limiter{s: s, dbClock: true} }
 
 // TokenFailureLimiter returns FailureLimiter as an auth.FailureLimiter.
 func (s *Store) TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter {
