@@ -25,6 +25,9 @@ import (
 type FailureLimiter struct {
 	s     *Store
 	clock bus.Clock
+	// dbClock: windows open, end and are swept at the database's clock;
+	// clock then only paces the sweeps (see TokenFailureLimiter).
+	dbClock bool
 	// nextSweep is the unix nanoseconds of the next deletion of ended windows.
 	nextSweep atomic.Int64
 }
@@ -45,29 +48,45 @@ const (
 	kindAddr   = "a"
 )
 
+// Each statement decides at $3 (failureSweep: $1), or at the database's
+// clock (dbNow) when that is NULL; failureRead returns the time it used.
 const (
-	failureRead = `SELECT kind, window_start, failures FROM auth_failures
-		WHERE (kind = 'c' AND key = $1) OR (kind = 'a' AND key = $2)`
+	failureRead = `SELECT f.kind, f.window_start, f.failures, t.ns
+		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t
+		JOIN auth_failures f ON (f.kind = 'c' AND f.key = $1) OR (f.kind = 'a' AND f.key = $2)`
 	// failureCount adds one failure to each of the two windows in one
 	// statement, opening a new window where the last one ended (or lies in
 	// the future: the clock went back), as auth's count does. Rows are
 	// locked in the order of VALUES, client before address in every
 	// statement, so two of them never wait on each other in a cycle.
 	failureCount = `INSERT INTO auth_failures AS f (kind, key, window_start, failures)
-		VALUES ('c', $1, $3, 1), ('a', $2, $3, 1)
+		SELECT v.kind, v.key, t.ns, 1
+		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t,
+		     (VALUES (1, 'c', $1::text), (2, 'a', $2::text)) AS v(ord, kind, key)
+		ORDER BY v.ord
 		ON CONFLICT (kind, key) DO UPDATE SET
-			window_start = CASE WHEN f.window_start <= $3 AND $3 - f.window_start < $4
-				THEN f.window_start ELSE $3 END,
-			failures = CASE WHEN f.window_start <= $3 AND $3 - f.window_start < $4
+			window_start = CASE WHEN f.window_start <= EXCLUDED.window_start AND EXCLUDED.window_start - f.window_start < $4
+				THEN f.window_start ELSE EXCLUDED.window_start END,
+			failures = CASE WHEN f.window_start <= EXCLUDED.window_start AND EXCLUDED.window_start - f.window_start < $4
 				THEN f.failures + 1 ELSE 1 END`
-	// failureSweep deletes the windows that are no longer live at $1.
-	failureSweep = `DELETE FROM auth_failures WHERE window_start > $1 OR $1 - window_start >= $2`
+	// failureSweep deletes the windows that are no longer live.
+	failureSweep = `WITH t AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ns)
+		DELETE FROM auth_failures WHERE window_start > (SELECT ns FROM t) OR (SELECT ns FROM t) - window_start >= $2`
 )
+
+// nowArg is the time a statement decides at: the clock's, or nil (the
+// database's clock) on dbClock.
+func (l *FailureLimiter) nowArg() *int64 {
+	if l.dbClock {
+		return nil
+	}
+	v := l.clock.Now().UnixNano()
+	return &v
+}
 
 // Blocked implements auth.FailureLimiter.
 func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
-	now := l.clock.Now()
-	rows, err := l.s.pool.Query(ctx, failureRead, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr))
+	rows, err := l.s.pool.Query(ctx, failureRead, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg())
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
@@ -75,16 +94,16 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 	var wait time.Duration
 	for rows.Next() {
 		var kind string
-		var start int64
+		var start, now int64
 		var n int
-		if err := rows.Scan(&kind, &start, &n); err != nil {
+		if err := rows.Scan(&kind, &start, &n, &now); err != nil {
 			return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 		}
 		limit := auth.FailuresPerClient
 		if kind == kindAddr {
 			limit = auth.FailuresPerRemoteAddr
 		}
-		wait = max(wait, auth.BlockedFor(time.Unix(0, start), n, limit, now))
+		wait = max(wait, auth.BlockedFor(time.Unix(0, start), n, limit, time.Unix(0, now)))
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
@@ -95,7 +114,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), now.UnixNano(), int64(auth.FailureWindow)); err != nil {
+	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg(), int64(auth.FailureWindow)); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	due := l.nextSweep.Load()
@@ -106,7 +125,7 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 		l.s.goBackground(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limitsSweepTimeout)
 			defer cancel()
-			if _, err := l.sweep(ctx, now); err != nil {
+			if _, err := l.Sweep(ctx); err != nil {
 				l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
 			}
 		})
@@ -117,12 +136,7 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 // Sweep deletes the ended windows and returns how many it deleted. Failed
 // runs it by itself about once a window, beside the call that finds it due.
 func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
-	return l.sweep(ctx, l.clock.Now())
-}
-
-// sweep deletes the windows ended at now.
-func (l *FailureLimiter) sweep(ctx context.Context, now time.Time) (int, error) {
-	tag, err := l.s.pool.Exec(ctx, failureSweep, now.UnixNano(), int64(auth.FailureWindow))
+	tag, err := l.s.pool.Exec(ctx, failureSweep, l.nowArg(), int64(auth.FailureWindow))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
 	}

@@ -756,3 +756,46 @@ func TestRateLimiterUsesTheDatabaseClock(t *testing.T) {
 		t.Fatal("a fourth request was allowed from a bucket of 3")
 	}
 }
+
+// TestTokenFailureLimiterUsesTheDatabaseClock: with the system clock (a
+// node's), failure windows open and end at the database's clock, so a
+// node whose clock runs an hour ahead neither opens a fresh window on a
+// full one nor sweeps away the window another node counts in.
+func TestTokenFailureLimiterUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	if l := a.TokenFailureLimiter(bus.SystemClock{}).(*FailureLimiter); !l.dbClock {
+		t.Fatal("a node's failure limiter does not follow the database's clock")
+	}
+	if l := a.TokenFailureLimiter(bus.NewManualClock(t0)).(*FailureLimiter); l.dbClock {
+		t.Fatal("a test clock is not followed")
+	}
+	real := time.Now()
+	ahead := &FailureLimiter{s: a, clock: bus.NewManualClock(real.Add(time.Hour)), dbClock: true}
+	behind := &FailureLimiter{s: b, clock: bus.NewManualClock(real.Add(-time.Hour)), dbClock: true}
+	ctx := t.Context()
+	for i := range auth.FailuresPerClient {
+		l := behind
+		if i%2 == 1 {
+			l = ahead
+		}
+		if err := l.Failed(ctx, "conn-1", fmt.Sprintf("10.0.0.%d:1", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, l := range map[string]*FailureLimiter{"ahead": ahead, "behind": behind} {
+		w, err := l.Blocked(ctx, "conn-1", "192.0.2.1:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w <= 0 || w > auth.FailureWindow+time.Second {
+			t.Fatalf("%s: blocked for %v after %d failures, want up to a window", name, w, auth.FailuresPerClient)
+		}
+	}
+	if _, err := ahead.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := behind.Blocked(ctx, "conn-1", "192.0.2.1:1"); err != nil || w <= 0 {
+		t.Fatalf("after the sweep of the node ahead: blocked %v, %v; want still blocked", w, err)
+	}
+}

@@ -19,6 +19,12 @@ import (
 func (s *Store) RateLimiter() limits.Limiter { return &Limiter{s: s, dbClock: true} }
 
 // TokenFailureLimiter returns FailureLimiter as an auth.FailureLimiter.
+// With the system clock (a node's) its windows follow the database's
+// clock, as RateLimiter's buckets do: a node whose clock runs ahead would
+// otherwise open a new window early (20 more attempts) and sweep the
+// others' windows away. Another clock (a test's) is followed as given.
 func (s *Store) TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter {
-	return s.FailureLimiter(clock)
+	l := s.FailureLimiter(clock)
+	_, l.dbClock = clock.(bus.SystemClock)
+	return l
 }
