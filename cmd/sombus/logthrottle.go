@@ -19,7 +19,11 @@ const maxThrottledMessages = 1024
 // every round of background work meets the same failure, and the log must
 // say so, not repeat it thousands of times a second. The line that passes
 // after a quiet spell carries repeated=N, the lines of its message dropped
-// since the last one passed. Lines below Warn all pass.
+// since the last one passed. A message that does not come back is not left
+// uncounted: once an interval has passed since the last line of it that
+// passed, the last one dropped is written, with repeated=N for the N
+// dropped before it (if any), so every line is either written or counted.
+// Lines below Warn all pass.
 type throttle struct {
 	next  slog.Handler
 	every time.Duration
@@ -35,6 +39,11 @@ type throttleState struct {
 type throttled struct {
 	at      time.Time // when a line of it last passed
 	dropped int       // lines dropped since
+	// last is the last line dropped and h the handler it came through;
+	// flushing: a flush of them is scheduled (see flush).
+	last     slog.Record
+	h        slog.Handler
+	flushing bool
 }
 
 func newThrottle(next slog.Handler, every time.Duration) *throttle {
@@ -57,6 +66,12 @@ func (t *throttle) Handle(ctx context.Context, r slog.Record) error {
 	s := st.seen[key]
 	if s != nil && now.Sub(s.at) < t.every && !now.Before(s.at) {
 		s.dropped++
+		s.last, s.h = r, t.next
+		if !s.flushing {
+			s.flushing = true
+			wait := min(max(s.at.Add(t.every).Sub(now), 0), t.every)
+			time.AfterFunc(wait, func() { t.flush(key, s) })
+		}
 		st.mu.Unlock()
 		return nil
 	}
@@ -74,6 +89,27 @@ func (t *throttle) Handle(ctx context.Context, r slog.Record) error {
 		r.AddAttrs(slog.Int("repeated", dropped))
 	}
 	return t.next.Handle(ctx, r)
+}
+
+// flush writes the last dropped line of message key, unless a line of it
+// passed since (and counted the dropped ones): the interval is over and
+// no later line may come to say how many were dropped.
+func (t *throttle) flush(key string, s *throttled) {
+	st := t.state
+	st.mu.Lock()
+	s.flushing = false
+	n := s.dropped
+	if n == 0 || st.seen[key] != s {
+		st.mu.Unlock()
+		return
+	}
+	r, h := s.last.Clone(), s.h
+	s.dropped, s.at, s.last, s.h = 0, r.Time, slog.Record{}, nil
+	st.mu.Unlock()
+	if n > 1 {
+		r.AddAttrs(slog.Int("repeated", n-1))
+	}
+	_ = h.Handle(context.Background(), r)
 }
 
 func (t *throttle) WithAttrs(as []slog.Attr) slog.Handler {

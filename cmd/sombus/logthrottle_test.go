@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -52,4 +53,49 @@ func TestThrottleRepeatedWarnings(t *testing.T) {
 	if count(`level=ERROR msg="store unavailable"`) != 1 || count("msg=other") != 1 {
 		t.Fatalf("another level or message was held back:\n%s", out.String())
 	}
+}
+
+// TestThrottleWritesTheLastDroppedLine: a message that stops recurring is
+// not left uncounted: once the interval is over, the last line dropped is
+// written with the count of those dropped before it, so that the lines
+// written and their repeated counts add up to every line logged.
+func TestThrottleWritesTheLastDroppedLine(t *testing.T) {
+	var mu sync.Mutex
+	var out bytes.Buffer
+	h := newThrottle(slog.NewTextHandler(lockedWriter{&mu, &out}, nil), 50*time.Millisecond)
+	log := slog.New(h)
+	for i := range 5 {
+		log.Warn("store unavailable", "i", i)
+	}
+	lines := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Split(strings.TrimSpace(out.String()), "\n")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lines()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := lines()
+	if len(got) != 2 || !strings.Contains(got[0], "i=0") || !strings.Contains(got[1], "i=4") || !strings.Contains(got[1], "repeated=3") {
+		t.Fatalf("want the first line, then the last with repeated=3 once the interval is over; got:\n%s", strings.Join(got, "\n"))
+	}
+	// One more within the interval after that: written alone, later.
+	log.Warn("store unavailable", "i", 5)
+	time.Sleep(200 * time.Millisecond)
+	got = lines()
+	if len(got) != 3 || !strings.Contains(got[2], "i=5") || strings.Contains(got[2], "repeated") {
+		t.Fatalf("want the sixth line written alone; got:\n%s", strings.Join(got, "\n"))
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
