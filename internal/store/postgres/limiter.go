@@ -53,12 +53,14 @@ type pendingCount struct {
 }
 
 // limitAddCounts adds counted requests to their keys' rows, one row of the
-// arrays ($1 keys, $2 UTC days in unix seconds, $3 counts) each, in the
-// arrays' order: a row of an older day starts again at the count, one of a
-// newer day is left alone. A key appears at most once (ON CONFLICT cannot
-// change a row twice in one statement).
+// arrays ($1 keys, $2 UTC days in unix seconds, 0 for the database's
+// today, $3 counts) each, in the arrays' order: a row of an older day
+// starts again at the count, one of a newer day is left alone. A key
+// appears at most once (ON CONFLICT cannot change a row twice in one
+// statement).
 const limitAddCounts = `INSERT INTO rate_limits AS r (key, quota_day, quota_count)
-	SELECT t.k, t.d, t.n FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS t(k, d, n, ord)
+	SELECT t.k, CASE WHEN t.d = 0 THEN c.ns / 86400000000000 * 86400 ELSE t.d END, t.n
+	FROM (SELECT ` + dbNow + ` AS ns) c, unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS t(k, d, n, ord)
 	ORDER BY t.ord
 	ON CONFLICT (key) DO UPDATE SET
 		quota_count = CASE WHEN r.quota_day = EXCLUDED.quota_day THEN r.quota_count + EXCLUDED.quota_count
@@ -76,7 +78,11 @@ func (l *Limiter) countUnlimited(ctx context.Context, key string, now time.Time)
 	if l.pending == nil {
 		l.pending = make(map[pendingCount]int64)
 	}
-	l.pending[pendingCount{key, now.Truncate(24 * time.Hour).Unix()}]++
+	day := now.Truncate(24 * time.Hour).Unix()
+	if l.dbClock {
+		day = 0 // the database's today, when written
+	}
+	l.pending[pendingCount{key, day}]++
 	if now.UnixNano() < l.nextFlush || l.flushing != nil {
 		return
 	}

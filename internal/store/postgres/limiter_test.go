@@ -755,6 +755,21 @@ func TestRateLimiterUsesTheDatabaseClock(t *testing.T) {
 	if d := allow(behind, "k2", -time.Hour); d.Allowed {
 		t.Fatal("a fourth request was allowed from a bucket of 3")
 	}
+	// Unlimited requests are counted on the database's day too: a node a
+	// day ahead does not file them under tomorrow, where they would push
+	// out the counts of the others.
+	for _, c := range []struct {
+		l    limits.Limiter
+		skew time.Duration
+	}{{ahead, 24 * time.Hour}, {behind, 0}, {ahead, 24 * time.Hour}} {
+		if _, err := c.l.Allow(t.Context(), "k3", limits.Unlimited(), now.Add(c.skew)); err != nil {
+			t.Fatal(err)
+		}
+		c.l.(*Limiter).flushPending(t.Context())
+	}
+	if u, err := behind.Usage(t.Context(), "k3", limits.Unlimited(), now); err != nil || u.RequestsToday != 3 {
+		t.Fatalf("usage %+v, %v; want the 3 unlimited requests of today", u, err)
+	}
 }
 
 // TestTokenFailureLimiterUsesTheDatabaseClock: with the system clock (a
