@@ -158,9 +158,10 @@ func (s *TokenService) accepts(conn bus.Connection, found bool, secret string) b
 }
 
 // unavailable answers a store error: 503 temporarily_unavailable when the
-// store cannot be reached (bus.ErrUnavailable), else 500 server_error.
+// store cannot be reached (bus.ErrUnavailable) or did not answer within the
+// request's time (context.DeadlineExceeded), else 500 server_error.
 func unavailable(err error) *OAuthError {
-	if !errors.Is(err, bus.ErrUnavailable) {
+	if !errors.Is(err, bus.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		return &OAuthError{Status: 500, Code: "server_error", Err: err}
 	}
 	return &OAuthError{Status: 503, Code: OAuthTemporarilyUnavailable, RetryAfter: time.Second, Err: err}

@@ -4,6 +4,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -124,6 +125,25 @@ var (
 	// other internal error 500 internal.error.
 	ErrUnavailable = errors.New("store unavailable")
 )
+
+// ErrTimedOut is the cause (context.Cause) of a request's context that
+// ended at the node's deadline for its work with the store (--store-timeout),
+// not because its client went away: a database that accepts connections and
+// never answers would otherwise hold the request, and its connection from
+// the pool, for as long as the kernel's TCP timeouts take. It wraps
+// ErrUnavailable: such a request is answered 503 with Retry-After.
+var ErrTimedOut = fmt.Errorf("the request ran out of time for the store: %w", ErrUnavailable)
+
+// ClientGone reports whether ctx ended because its client went away (or it
+// was cancelled), not at the node's deadline (ErrTimedOut).
+func ClientGone(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrTimedOut)
+}
+
+// TimedOut reports whether ctx ended at the node's deadline (ErrTimedOut).
+func TimedOut(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrTimedOut)
+}
 
 // IsUnavailable reports whether err says the store cannot be reached or
 // cannot take writes right now: whether it wraps ErrUnavailable. It is the

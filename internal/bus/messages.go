@@ -179,7 +179,7 @@ func (w *Waiting) End() {
 //
 //go:noinline
 func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() bool) (ds []Delivery, done bool, err error) {
-	if ctx.Err() != nil {
+	if ClientGone(ctx) {
 		s.passOn(r.QueueID, cancel)
 		return nil, true, nil // the client has gone: take nothing for it
 	}
@@ -190,10 +190,10 @@ func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() boo
 	})
 	if err != nil {
 		s.passOn(r.QueueID, cancel)
-		if ctx.Err() != nil {
+		if ClientGone(ctx) {
 			return nil, true, nil
 		}
-		if IsUnavailable(err) {
+		if IsUnavailable(err) || TimedOut(ctx) {
 			s.log.WarnContext(ctx, "receive: queue unavailable", "queue_id", r.QueueID, "err", err)
 			return nil, true, Unavailable(RuleQueueUnavailable)
 		}
@@ -224,7 +224,7 @@ func (s *Service) look(ctx context.Context, r *ReceiveRequest, cancel func() boo
 		if cancel() || len(res.Deliveries) == r.Max {
 			s.notifier.Notify(r.QueueID, 1)
 		}
-		if ctx.Err() != nil {
+		if ClientGone(ctx) {
 			// The client went away while we claimed: give them back at once.
 			s.releaseDeliveries(res.Deliveries, r.QueueID)
 			return nil, true, nil

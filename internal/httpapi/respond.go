@@ -80,7 +80,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	}
 	e, ok := bus.AsError(err)
 	switch {
-	case !ok && bus.IsUnavailable(err):
+	case !ok && (bus.IsUnavailable(err) || bus.TimedOut(r.Context())):
 		rule := bus.RuleStoreUnavailable
 		if u := (*unavailableAs)(nil); errors.As(err, &u) {
 			rule = u.rule

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,25 @@ type Config struct {
 	// Parking, when set, lets long polls over HTTP/1.1 wait without a
 	// goroutine (see Parking); the server's listener must be its Listen.
 	Parking *Parking
+	// StoreTimeout is --store-timeout: how long a request of the token,
+	// publish and pull routes may take, from its arrival and beyond a long
+	// poll's wait, before it is answered 503 (see bus.ErrTimedOut). Zero:
+	// no limit.
+	StoreTimeout time.Duration
+}
+
+// maxWait is the longest wait of a long poll, and its default.
+const maxWait = 20 * time.Second
+
+// pollWait is the wait a receive asks for (its wait parameter, in whole
+// seconds up to maxWait; maxWait when absent, as the receive takes it, or
+// not a number, which the receive refuses).
+func pollWait(r *http.Request) time.Duration {
+	n, err := strconv.Atoi(r.URL.Query().Get("wait"))
+	if err != nil || n < 0 || n > int(maxWait/time.Second) {
+		return maxWait
+	}
+	return time.Duration(n) * time.Second
 }
 
 // Server is the HTTP API.
@@ -86,6 +106,34 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 	})))
 }
 
+// handleBounded is handle for a route whose request ends at the node's
+// deadline, StoreTimeout (and extra, a long poll's wait) after it reached
+// the handler: a database that accepts connections and never answers
+// (frozen, or behind a proxy whose other side is gone) is given up on,
+// 503, instead of holding the request and its pooled connection for as
+// long as the kernel's TCP timeouts take. A body read counts: the edge
+// bounds it (--body-timeout), and a store that answers in milliseconds
+// still has what is left.
+func (s *Server) handleBounded(pattern string, extra func(*http.Request) time.Duration, h handlerFunc) {
+	if s.cfg.StoreTimeout <= 0 {
+		s.handle(pattern, h)
+		return
+	}
+	s.handle(pattern, func(w http.ResponseWriter, r *http.Request) error {
+		limit := s.cfg.StoreTimeout
+		if extra != nil {
+			limit += extra(r)
+		}
+		ctx, cancel := context.WithTimeoutCause(r.Context(), limit, bus.ErrTimedOut)
+		defer cancel()
+		r = r.WithContext(ctx)
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.log, err)
+		}
+		return nil
+	})
+}
+
 func (s *Server) routes() {
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -111,17 +159,17 @@ func (s *Server) routes() {
 	}
 	s.mux.Handle("GET /v1/openapi.json", openapi.Handler(s.cfg.PublicURL))
 
-	s.handle("POST /v1/oauth/token", s.token)
+	s.handleBounded("POST /v1/oauth/token", nil, s.token)
 	s.handle("GET /v1/oauth/jwks", s.jwks)
 
-	s.handle("POST /v1/tenants/{t}/messages", s.publish)
-	s.handle("POST /v1/tenants/{t}/messages/batch", s.publishBatch)
+	s.handleBounded("POST /v1/tenants/{t}/messages", nil, s.publish)
+	s.handleBounded("POST /v1/tenants/{t}/messages/batch", nil, s.publishBatch)
 	// The pull routes answer store unavailability with the pull API's own
 	// rules, whichever step could not reach the store.
-	s.handle("GET /v1/tenants/{t}/consumers/{c}/messages", unavailableRule(bus.RuleQueueUnavailable, s.receive))
-	s.handle("POST /v1/tenants/{t}/consumers/{c}/ack", unavailableRule(bus.RuleQueueUnavailable, s.ack))
-	s.handle("POST /v1/tenants/{t}/consumers/{c}/nack", unavailableRule(bus.RuleQueueUnavailable, s.nack))
-	s.handle("GET /v1/tenants/{t}/consumers/{c}/skills", unavailableRule(bus.RuleSkillsUnavailable, s.skills))
+	s.handleBounded("GET /v1/tenants/{t}/consumers/{c}/messages", pollWait, unavailableRule(bus.RuleQueueUnavailable, s.receive))
+	s.handleBounded("POST /v1/tenants/{t}/consumers/{c}/ack", nil, unavailableRule(bus.RuleQueueUnavailable, s.ack))
+	s.handleBounded("POST /v1/tenants/{t}/consumers/{c}/nack", nil, unavailableRule(bus.RuleQueueUnavailable, s.nack))
+	s.handleBounded("GET /v1/tenants/{t}/consumers/{c}/skills", nil, unavailableRule(bus.RuleSkillsUnavailable, s.skills))
 
 	s.manageRoutes()
 }

@@ -71,7 +71,7 @@ func (s *Server) allow(w http.ResponseWriter, r *http.Request, clientID string) 
 	}
 	d, err := s.cfg.Limiter.Allow(r.Context(), clientID, tier, s.svc.Clock().Now())
 	if err != nil {
-		if r.Context().Err() != nil {
+		if bus.ClientGone(r.Context()) {
 			return limits.Decision{}, errClientGone // the client left: no answer, no log
 		}
 		return limits.Decision{}, fmt.Errorf("rate limit: %w", err)

@@ -64,6 +64,11 @@ type Config struct {
 	// HeaderTimeout is the longest a request's headers may take to arrive
 	// (0: DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
+	// StoreTimeout is --store-timeout: how long a request of the token,
+	// publish and pull routes may take, from its arrival and beyond a long
+	// poll's wait, before it is answered 503
+	// (0: DefaultStoreTimeout; MinStoreTimeout to MaxStoreTimeout).
+	StoreTimeout time.Duration
 	// MetricsListen is --metrics-listen: when set, GET /metrics is served
 	// only on this address, and the API's listener answers it 404.
 	MetricsListen string
@@ -87,6 +92,12 @@ const (
 	// DefaultBodyTimeout is the longest a request body may take to arrive:
 	// 1 MiB, the largest body, at 35 KiB/s.
 	DefaultBodyTimeout = 30 * time.Second
+	// DefaultStoreTimeout is the default of --store-timeout, and
+	// MinStoreTimeout and MaxStoreTimeout its bounds: past the maximum, the
+	// answer would no longer fit in writeTimeout with a long poll's wait.
+	DefaultStoreTimeout = 30 * time.Second
+	MinStoreTimeout     = time.Second
+	MaxStoreTimeout     = time.Minute
 	// DefaultMaxConnsPerAddr is the default of --max-conns-per-address.
 	DefaultMaxConnsPerAddr = 256
 	// writeTimeout is the longest a request may take from the end of its
@@ -198,6 +209,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.HeaderTimeout < 0 || cfg.BodyTimeout < 0 || cfg.MaxConnsPerAddr < 0 {
 		return nil, errors.New("--body-timeout and --max-conns-per-address must not be negative")
+	}
+	if cfg.StoreTimeout == 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.StoreTimeout < MinStoreTimeout || cfg.StoreTimeout > MaxStoreTimeout {
+		return nil, fmt.Errorf("--store-timeout must be %s to %s (got %s)", MinStoreTimeout, MaxStoreTimeout, cfg.StoreTimeout)
 	}
 	proxies, err := edge.ParseProxies(cfg.TrustedProxies)
 	if err != nil {
@@ -323,6 +340,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Tokens:  auth.NewTokenService(s.store, signer, cfg.Clock, failures),
 		Limiter: limiter, Tiers: tiers, Logger: log, Registry: reg, PublicURL: cfg.PublicURL,
 		NoMetricsRoute: mln != nil,
+		StoreTimeout:   cfg.StoreTimeout,
 	})
 	// The web portal under /portal/: failed sign-ins are limited like
 	// failed secrets (shared by every node where the store shares limits).

@@ -51,6 +51,8 @@ type Options struct {
 	// WrapStore is passed to the node's Config.WrapStore (a store that
 	// fails on demand, say).
 	WrapStore func(bus.Store) bus.Store
+	// StoreTimeout is passed to --store-timeout (0: its default).
+	StoreTimeout time.Duration
 }
 
 // TempDir is a temporary directory in memory (/dev/shm) when the machine
@@ -105,6 +107,7 @@ func Start(t testing.TB, o Options) *Node {
 		Listen: "127.0.0.1:0", Store: o.Store, Environment: "sandbox", BootstrapKey: BootstrapKey,
 		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL, PublicURL: o.PublicURL,
 		ShutdownGrace: 5 * time.Second, MetricsListen: o.MetricsListen, WrapStore: o.WrapStore,
+		StoreTimeout: o.StoreTimeout,
 	})
 	if err != nil {
 		t.Fatalf("start node: %v", err)

@@ -1,0 +1,122 @@
+package httpapi_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/server/servertest"
+)
+
+// hangStore is a store that, while hung, answers no call until its
+// context ends (as a database that accepts connections and never answers
+// does), and then fails with the context's error, as the embedded store's
+// writer does for an operation it never started.
+type hangStore struct {
+	bus.Store
+	hung atomic.Bool
+}
+
+func (h *hangStore) wait(ctx context.Context) error {
+	if !h.hung.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (h *hangStore) View(ctx context.Context, fn func(tx bus.Tx) error) error {
+	if err := h.wait(ctx); err != nil {
+		return err
+	}
+	return h.Store.View(ctx, fn)
+}
+
+func (h *hangStore) Update(ctx context.Context, fn func(tx bus.Tx) error) error {
+	if err := h.wait(ctx); err != nil {
+		return err
+	}
+	return h.Store.Update(ctx, fn)
+}
+
+func (h *hangStore) MessagePublish(ctx context.Context, p *bus.PublishParams) ([]bus.PublishOutcome, error) {
+	if err := h.wait(ctx); err != nil {
+		return nil, err
+	}
+	return h.Store.MessagePublish(ctx, p)
+}
+
+func (h *hangStore) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	if err := h.wait(ctx); err != nil {
+		return nil, err
+	}
+	return h.Store.MessageReceive(ctx, p)
+}
+
+func (h *hangStore) MessageAck(ctx context.Context, p *bus.SettleParams) ([]bus.SettleResult, error) {
+	if err := h.wait(ctx); err != nil {
+		return nil, err
+	}
+	return h.Store.MessageAck(ctx, p)
+}
+
+// TestHungStoreAnswers503AtTheDeadline: with a store that never answers,
+// the token, publish and pull routes give up at --store-timeout (a
+// receive's wait added) and answer 503 with Retry-After and their route's
+// rule, instead of holding the request for as long as the client waits.
+// Once the store answers again, so do they.
+func TestHungStoreAnswers503AtTheDeadline(t *testing.T) {
+	t.Parallel()
+	hs := &hangStore{}
+	const timeout = time.Second
+	n := startWith(t, servertest.Options{StoreTimeout: timeout, WrapStore: func(s bus.Store) bus.Store { hs.Store = s; return hs }})
+	ws := n.workspace(t, opKey, "hung store")
+	prod := n.connection(t, ws, "producer", nil)
+	cons := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
+	ps, cs := n.issue(t, ws, prod.ID), n.issue(t, ws, cons.ID)
+	ptok, ctok := n.token(t, prod.ID, ps.ClientSecret), n.token(t, cons.ID, cs.ClientSecret)
+	n.publish(t, ws, ptok, "m1").Must(t, 202)
+	var got struct {
+		Messages []struct {
+			ReceiptHandle string `json:"receipt_handle"`
+		} `json:"messages"`
+	}
+	n.pull(t, ws, cons.ID, ctok).Must(t, 200).Decode(t, &got)
+	if len(got.Messages) != 1 {
+		t.Fatalf("received %d messages, want 1", len(got.Messages))
+	}
+	settle := map[string]any{"receipt_handles": []string{got.Messages[0].ReceiptHandle}}
+
+	hs.hung.Store(true)
+	for _, rt := range []struct {
+		name, method, path, key string
+		body                    any
+		rule                    string
+		within                  time.Duration
+	}{
+		{"publish", "POST", publishPath(ws), ptok, servertest.Envelope("m2", "story-2", nil), bus.RuleStoreUnavailable, timeout},
+		{"receive", "GET", "/v1/tenants/" + ws + "/consumers/" + cons.ID + "/messages?wait=1", ctok, nil, bus.RuleQueueUnavailable, timeout + time.Second},
+		{"ack", "POST", "/v1/tenants/" + ws + "/consumers/" + cons.ID + "/ack", ctok, settle, bus.RuleQueueUnavailable, timeout},
+	} {
+		start := time.Now()
+		r := n.do(t, rt.method, rt.path, rt.key, rt.body)
+		took := time.Since(start)
+		if r.Status != 503 || r.Rule() != rt.rule || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: %d %s (Retry-After %q), want 503 %s with Retry-After", rt.name, r.Status, r.Body, r.Header.Get("Retry-After"), rt.rule)
+		}
+		if took < rt.within || took > rt.within+5*time.Second {
+			t.Errorf("%s: answered after %v, want at its deadline, %v", rt.name, took, rt.within)
+		}
+	}
+	start := time.Now()
+	wantOAuthError(t, n.tokenResp(t, cons.ID, cs.ClientSecret), 503, "temporarily_unavailable")
+	if took := time.Since(start); took < timeout || took > timeout+5*time.Second {
+		t.Errorf("token: answered after %v, want at its deadline, %v", took, timeout)
+	}
+
+	hs.hung.Store(false)
+	n.publish(t, ws, ptok, "m3").Must(t, 202)
+	n.do(t, "POST", "/v1/tenants/"+ws+"/consumers/"+cons.ID+"/ack", ctok, settle).Must(t, 200)
+}
