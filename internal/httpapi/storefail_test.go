@@ -25,6 +25,37 @@ type failStore struct {
 	fault atomic.Pointer[error]
 }
 
+// warmPair makes a producer and a consumer subscribed to everything in
+// ws, with secrets and tokens, publishes one message and receives it, so
+// that both tokens' checks are warm and the consumer holds its handle.
+func (n *node) warmPair(t *testing.T, ws string) warmedPair {
+	t.Helper()
+	prod := n.connection(t, ws, "producer", nil)
+	cons := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
+	ps, cs := n.issue(t, ws, prod.ID), n.issue(t, ws, cons.ID)
+	p := warmedPair{cons: cons, consSecret: cs.ClientSecret,
+		ptok: n.token(t, prod.ID, ps.ClientSecret), ctok: n.token(t, cons.ID, cs.ClientSecret)}
+	n.publish(t, ws, p.ptok, "m1").Must(t, 202)
+	var got struct {
+		Messages []struct {
+			ReceiptHandle string `json:"receipt_handle"`
+		} `json:"messages"`
+	}
+	n.pull(t, ws, cons.ID, p.ctok).Must(t, 200).Decode(t, &got)
+	if len(got.Messages) != 1 {
+		t.Fatalf("received %d messages, want 1", len(got.Messages))
+	}
+	p.handle = got.Messages[0].ReceiptHandle
+	return p
+}
+
+// warmedPair is what warmPair made.
+type warmedPair struct {
+	cons                   conn
+	consSecret, ptok, ctok string
+	handle                 string
+}
+
 func (f *failStore) err() error {
 	if p := f.fault.Load(); p != nil {
 		return *p
@@ -195,28 +226,14 @@ func TestStoreFailuresAnswer503OnlyWhenUnreachable(t *testing.T) {
 	fs := &failStore{}
 	n := startWith(t, servertest.Options{WrapStore: func(s bus.Store) bus.Store { fs.Store = s; return fs }})
 	ws := n.workspace(t, opKey, "failing store")
-	prod := n.connection(t, ws, "producer", nil)
-	cons := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
+	p := n.warmPair(t, ws)
+	cons, ptok, ctok, handle := p.cons, p.ptok, p.ctok, p.handle
 	// A second pair whose state the token checks never read while the
 	// store worked: their requests fail at the token check itself.
 	prod2 := n.connection(t, ws, "producer", nil)
 	cons2 := n.connection(t, ws, "consumer", nil)
-	ps, cs := n.issue(t, ws, prod.ID), n.issue(t, ws, cons.ID)
 	ps2, cs2 := n.issue(t, ws, prod2.ID), n.issue(t, ws, cons2.ID)
-	ptok, ctok := n.token(t, prod.ID, ps.ClientSecret), n.token(t, cons.ID, cs.ClientSecret)
 	ptok2, ctok2 := n.token(t, prod2.ID, ps2.ClientSecret), n.token(t, cons2.ID, cs2.ClientSecret)
-	// Warm the token checks of the first pair and get a receipt handle.
-	n.publish(t, ws, ptok, "m1").Must(t, 202)
-	var got struct {
-		Messages []struct {
-			ReceiptHandle string `json:"receipt_handle"`
-		} `json:"messages"`
-	}
-	n.pull(t, ws, cons.ID, ctok).Must(t, 200).Decode(t, &got)
-	if len(got.Messages) != 1 {
-		t.Fatalf("received %d messages, want 1", len(got.Messages))
-	}
-	handle := got.Messages[0].ReceiptHandle
 	n.do(t, "GET", skillsPath(ws, cons.ID), ctok, nil).Must(t, 200)
 
 	settle := map[string]any{"receipt_handles": []string{handle}}
@@ -285,7 +302,7 @@ func TestStoreFailuresAnswer503OnlyWhenUnreachable(t *testing.T) {
 			}
 
 			// The token endpoint answers in RFC 6749's terms.
-			r := n.tokenResp(t, cons.ID, cs.ClientSecret)
+			r := n.tokenResp(t, cons.ID, p.consSecret)
 			if mode.status == 503 {
 				wantOAuthError(t, r, 503, "temporarily_unavailable")
 				if r.Header.Get("Retry-After") == "" {
@@ -311,7 +328,7 @@ func TestStoreFailuresAnswer503OnlyWhenUnreachable(t *testing.T) {
 	var tr struct {
 		AccessToken string `json:"access_token"`
 	}
-	n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}}, cons.ID, cs.ClientSecret).Must(t, 200).Decode(t, &tr)
+	n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}}, cons.ID, p.consSecret).Must(t, 200).Decode(t, &tr)
 	if !strings.HasPrefix(tr.AccessToken, "ey") {
 		t.Fatalf("token after recovery: %q", tr.AccessToken)
 	}

@@ -73,21 +73,9 @@ func TestHungStoreAnswers503AtTheDeadline(t *testing.T) {
 	const timeout = time.Second
 	n := startWith(t, servertest.Options{StoreTimeout: timeout, WrapStore: func(s bus.Store) bus.Store { hs.Store = s; return hs }})
 	ws := n.workspace(t, opKey, "hung store")
-	prod := n.connection(t, ws, "producer", nil)
-	cons := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
-	ps, cs := n.issue(t, ws, prod.ID), n.issue(t, ws, cons.ID)
-	ptok, ctok := n.token(t, prod.ID, ps.ClientSecret), n.token(t, cons.ID, cs.ClientSecret)
-	n.publish(t, ws, ptok, "m1").Must(t, 202)
-	var got struct {
-		Messages []struct {
-			ReceiptHandle string `json:"receipt_handle"`
-		} `json:"messages"`
-	}
-	n.pull(t, ws, cons.ID, ctok).Must(t, 200).Decode(t, &got)
-	if len(got.Messages) != 1 {
-		t.Fatalf("received %d messages, want 1", len(got.Messages))
-	}
-	settle := map[string]any{"receipt_handles": []string{got.Messages[0].ReceiptHandle}}
+	p := n.warmPair(t, ws)
+	cons, ptok, ctok := p.cons, p.ptok, p.ctok
+	settle := map[string]any{"receipt_handles": []string{p.handle}}
 
 	hs.hung.Store(true)
 	for _, rt := range []struct {
@@ -111,7 +99,7 @@ func TestHungStoreAnswers503AtTheDeadline(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	wantOAuthError(t, n.tokenResp(t, cons.ID, cs.ClientSecret), 503, "temporarily_unavailable")
+	wantOAuthError(t, n.tokenResp(t, cons.ID, p.consSecret), 503, "temporarily_unavailable")
 	if took := time.Since(start); took < timeout || took > timeout+5*time.Second {
 		t.Errorf("token: answered after %v, want at its deadline, %v", took, timeout)
 	}
