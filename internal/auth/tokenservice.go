@@ -93,7 +93,7 @@ func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, rem
 	defer mu.Unlock()
 	wait, err := s.failures.Blocked(ctx, clientID, remoteAddr)
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, unavailable(ctx, err)
 	}
 	if wait > 0 {
 		return nil, &OAuthError{Status: 429, Code: OAuthSlowDown, RetryAfter: wait}
@@ -104,12 +104,12 @@ func (s *TokenService) Exchange(ctx context.Context, clientID, clientSecret, rem
 	if lookup {
 		conn, found, err = s.connection(ctx, clientID)
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, unavailable(ctx, err)
 		}
 	}
 	if !s.accepts(conn, found, clientSecret) {
 		if err := s.failures.Failed(ctx, clientID, remoteAddr); err != nil {
-			return nil, unavailable(err)
+			return nil, unavailable(ctx, err)
 		}
 		return nil, &OAuthError{Status: 401, Code: OAuthInvalidClient}
 	}
@@ -159,9 +159,10 @@ func (s *TokenService) accepts(conn bus.Connection, found bool, secret string) b
 
 // unavailable answers a store error: 503 temporarily_unavailable when the
 // store cannot be reached (bus.ErrUnavailable) or did not answer within the
-// request's time (context.DeadlineExceeded), else 500 server_error.
-func unavailable(err error) *OAuthError {
-	if !errors.Is(err, bus.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+// request's time (its context ended at the node's deadline, bus.TimedOut),
+// else 500 server_error.
+func unavailable(ctx context.Context, err error) *OAuthError {
+	if !errors.Is(err, bus.ErrUnavailable) && !bus.TimedOut(ctx) {
 		return &OAuthError{Status: 500, Code: "server_error", Err: err}
 	}
 	return &OAuthError{Status: 503, Code: OAuthTemporarilyUnavailable, RetryAfter: time.Second, Err: err}

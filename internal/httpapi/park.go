@@ -183,7 +183,8 @@ const (
 	evStop                       // the server stops
 )
 
-// parkLookTimeout bounds one look at the store for a parked poll.
+// parkLookTimeout bounds one look at the store for a parked poll, when the
+// node sets no StoreTimeout.
 const parkLookTimeout = 30 * time.Second
 
 // parkWriteTimeout bounds writing a parked poll's answer (as the HTTP
@@ -348,7 +349,13 @@ func (c *parkedConn) stepPoll(ev uint8) {
 		}
 	}
 	if ev&evWake != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), parkLookTimeout)
+		// A store that does not answer within the node's time is given
+		// up on as in the handler (ErrTimedOut: 503, not an empty answer).
+		look := parkLookTimeout
+		if t := c.s.cfg.StoreTimeout; t > 0 {
+			look = t
+		}
+		ctx, cancel := context.WithTimeoutCause(context.Background(), look, bus.ErrTimedOut)
 		ds, done, err := c.wait.Look(ctx)
 		cancel()
 		if done {

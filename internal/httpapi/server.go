@@ -53,9 +53,9 @@ type Config struct {
 	// goroutine (see Parking); the server's listener must be its Listen.
 	Parking *Parking
 	// StoreTimeout is --store-timeout: how long a request of the token,
-	// publish and pull routes may take, from its arrival and beyond a long
-	// poll's wait, before it is answered 503 (see bus.ErrTimedOut). Zero:
-	// no limit.
+	// publish and pull routes may take, beyond a long poll's wait and the
+	// time its body takes to arrive, before it is answered 503 (see
+	// bus.ErrTimedOut). Zero: no limit.
 	StoreTimeout time.Duration
 }
 
@@ -107,13 +107,13 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 }
 
 // handleBounded is handle for a route whose request ends at the node's
-// deadline, StoreTimeout (and extra, a long poll's wait) after it reached
-// the handler: a database that accepts connections and never answers
-// (frozen, or behind a proxy whose other side is gone) is given up on,
-// 503, instead of holding the request and its pooled connection for as
-// long as the kernel's TCP timeouts take. A body read counts: the edge
-// bounds it (--body-timeout), and a store that answers in milliseconds
-// still has what is left.
+// deadline, StoreTimeout (and extra, a long poll's wait) of the handler's
+// time: a database that accepts connections and never answers (frozen, or
+// behind a proxy whose other side is gone) is given up on, 503, instead of
+// holding the request and its pooled connection for as long as the
+// kernel's TCP timeouts take. The time its body takes to arrive does not
+// count (the edge bounds it, --body-timeout): a slow client is not
+// answered as if the store were out of reach.
 func (s *Server) handleBounded(pattern string, extra func(*http.Request) time.Duration, h handlerFunc) {
 	if s.cfg.StoreTimeout <= 0 {
 		s.handle(pattern, h)
@@ -124,8 +124,13 @@ func (s *Server) handleBounded(pattern string, extra func(*http.Request) time.Du
 		if extra != nil {
 			limit += extra(r)
 		}
-		ctx, cancel := context.WithTimeoutCause(r.Context(), limit, bus.ErrTimedOut)
-		defer cancel()
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		d := newDeadline(limit, func() { cancel(bus.ErrTimedOut) })
+		defer d.stop()
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &pausingBody{ReadCloser: r.Body, d: d}
+		}
 		r = r.WithContext(ctx)
 		if err := h(w, r); err != nil {
 			writeError(w, r, s.log, err)

@@ -2,6 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +20,8 @@ import (
 type hangStore struct {
 	bus.Store
 	hung atomic.Bool
+	// hungReceive hangs MessageReceive alone.
+	hungReceive atomic.Bool
 }
 
 func (h *hangStore) wait(ctx context.Context) error {
@@ -49,6 +54,10 @@ func (h *hangStore) MessagePublish(ctx context.Context, p *bus.PublishParams) ([
 }
 
 func (h *hangStore) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.ReceiveResult, error) {
+	if h.hungReceive.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if err := h.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -107,4 +116,70 @@ func TestHungStoreAnswers503AtTheDeadline(t *testing.T) {
 	hs.hung.Store(false)
 	n.publish(t, ws, ptok, "m3").Must(t, 202)
 	n.do(t, "POST", "/v1/tenants/"+ws+"/consumers/"+cons.ID+"/ack", ctok, settle).Must(t, 200)
+}
+
+// TestStoreTimeoutLeavesOutTheBody: the time a request body takes to
+// arrive does not count against --store-timeout (the edge bounds it), so a
+// slow client of a healthy store is not answered 503.
+func TestStoreTimeoutLeavesOutTheBody(t *testing.T) {
+	t.Parallel()
+	n := startWith(t, servertest.Options{StoreTimeout: time.Second})
+	ws := n.workspace(t, opKey, "slow body")
+	p := n.warmPair(t, ws)
+	b, err := json.Marshal(servertest.Envelope("m2", "story-2", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("POST", n.URL+publishPath(ws), &lateBody{b: b, delay: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+p.ptok)
+	n.send(t, req).Must(t, 202)
+}
+
+// lateBody is a request body that arrives after delay.
+type lateBody struct {
+	b     []byte
+	delay time.Duration
+	sent  bool
+}
+
+func (l *lateBody) Read(p []byte) (int, error) {
+	if l.sent {
+		return 0, io.EOF
+	}
+	time.Sleep(l.delay)
+	l.sent = true
+	return copy(p, l.b), nil
+}
+
+// TestHungStoreAnswersAWokenLongPoll: a long poll waiting off its
+// goroutine (HTTP/1.1, kept alive) that is woken and finds the store not
+// answering is answered 503 at --store-timeout after the wake-up, not
+// empty after the node's own bound of a look.
+func TestHungStoreAnswersAWokenLongPoll(t *testing.T) {
+	t.Parallel()
+	hs := &hangStore{}
+	n := startWith(t, servertest.Options{StoreTimeout: time.Second, WrapStore: func(s bus.Store) bus.Store { hs.Store = s; return hs }})
+	ws := n.workspace(t, opKey, "hung look")
+	p := n.warmPair(t, ws)
+	n.do(t, "POST", "/v1/tenants/"+ws+"/consumers/"+p.cons.ID+"/ack", p.ctok, map[string]any{"receipt_handles": []string{p.handle}}).Must(t, 200)
+	answer := make(chan *servertest.Response, 1)
+	start := time.Now()
+	go func() {
+		answer <- n.do(t, "GET", "/v1/tenants/"+ws+"/consumers/"+p.cons.ID+"/messages?wait=10", p.ctok, nil)
+	}()
+	time.Sleep(500 * time.Millisecond) // the poll looked, found nothing, and waits
+	hs.hungReceive.Store(true)
+	n.publish(t, ws, p.ptok, "m2").Must(t, 202) // wakes it: its look hangs
+	r := <-answer
+	if r.Status != 503 || r.Rule() != bus.RuleQueueUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("woken poll: %d %s, want 503 %s with Retry-After", r.Status, r.Body, bus.RuleQueueUnavailable)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("answered after %v, want about a second after the wake-up", took)
+	}
 }

@@ -65,8 +65,8 @@ type Config struct {
 	// (0: DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
 	// StoreTimeout is --store-timeout: how long a request of the token,
-	// publish and pull routes may take, from its arrival and beyond a long
-	// poll's wait, before it is answered 503
+	// publish and pull routes may take, beyond a long poll's wait and the
+	// time its body takes to arrive, before it is answered 503
 	// (0: DefaultStoreTimeout; MinStoreTimeout to MaxStoreTimeout).
 	StoreTimeout time.Duration
 	// MetricsListen is --metrics-listen: when set, GET /metrics is served
