@@ -104,7 +104,9 @@ func (t *throttle) flush(key string, s *throttled) {
 		return
 	}
 	r, h := s.last.Clone(), s.h
-	s.dropped, s.at, s.last, s.h = 0, r.Time, slog.Record{}, nil
+	// The interval starts again now, as if the line passed now: it is
+	// written now, whatever time it carries.
+	s.dropped, s.at, s.last, s.h = 0, time.Now(), slog.Record{}, nil
 	st.mu.Unlock()
 	if n > 1 {
 		r.AddAttrs(slog.Int("repeated", n-1))

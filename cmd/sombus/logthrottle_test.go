@@ -99,3 +99,27 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestThrottleIntervalStartsAtTheFlush: the last dropped line, once
+// written, starts the interval again, so a line right after it is dropped
+// (and counted) rather than written too.
+func TestThrottleIntervalStartsAtTheFlush(t *testing.T) {
+	var mu sync.Mutex
+	var out bytes.Buffer
+	log := slog.New(newThrottle(slog.NewTextHandler(lockedWriter{&mu, &out}, nil), 400*time.Millisecond))
+	lines := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Split(strings.TrimSpace(out.String()), "\n")
+	}
+	log.Warn("store unavailable", "i", 0) // written
+	log.Warn("store unavailable", "i", 1) // dropped, written at the end of the interval
+	for deadline := time.Now().Add(5 * time.Second); len(lines()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	log.Warn("store unavailable", "i", 2) // right after that: held back
+	time.Sleep(50 * time.Millisecond)
+	if got := lines(); len(got) != 2 || !strings.Contains(got[1], "i=1") {
+		t.Fatalf("want the first line and the flushed second, the third held back; got:\n%s", strings.Join(got, "\n"))
+	}
+}
