@@ -331,6 +331,30 @@ func newPublishGatherer() *gatherer[publishCall] {
 		}}
 }
 
+// groupContext is the context of a group's run: the first call's values,
+// and not ended by any one caller, since the others wait for the same run;
+// but once every caller's context has ended (each went away, or reached
+// the node's deadline for a store that does not answer), nobody waits for
+// the run any more and it ends too, with the last one's cause. done
+// releases it when the run is over.
+func groupContext[C any](calls []*C, ctxOf func(*C) context.Context) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctxOf(calls[0])))
+	over := make(chan struct{})
+	go func() {
+		var last context.Context
+		for _, c := range calls {
+			last = ctxOf(c)
+			select {
+			case <-last.Done():
+			case <-over:
+				return
+			}
+		}
+		cancel(context.Cause(last))
+	}()
+	return ctx, func() { close(over); cancel(nil) }
+}
+
 // gatheredPublish is quickPublish for p, in one transaction with the
 // concurrent publishes of the same workspace and producer when there are
 // any. ok is false, with nothing done, as for quickPublish.
@@ -372,7 +396,9 @@ func (s *Store) runPublishes(calls []*publishCall) {
 			all.Now = c.p.Now
 		}
 	}
-	out, ok, err := s.quickPublish(context.WithoutCancel(calls[0].ctx), all)
+	ctx, done := groupContext(calls, func(c *publishCall) context.Context { return c.ctx })
+	defer done()
+	out, ok, err := s.quickPublish(ctx, all)
 	if err != nil || !ok {
 		for _, c := range calls {
 			c.retry = true
@@ -451,7 +477,9 @@ func (s *Store) runAcks(calls []*ackCall) {
 			all.Now = c.p.Now
 		}
 	}
-	out, ok, err := s.quickAck(context.WithoutCancel(calls[0].ctx), all)
+	ctx, done := groupContext(calls, func(c *ackCall) context.Context { return c.ctx })
+	defer done()
+	out, ok, err := s.quickAck(ctx, all)
 	if err != nil || !ok {
 		for _, c := range calls {
 			c.retry = true
@@ -520,7 +548,9 @@ func (s *Store) runReceives(calls []*receiveCall) {
 			all.Now = c.p.Now
 		}
 	}
-	res, ok, err := s.quickReceive(context.WithoutCancel(calls[0].ctx), all)
+	ctx, done := groupContext(calls, func(c *receiveCall) context.Context { return c.ctx })
+	defer done()
+	res, ok, err := s.quickReceive(ctx, all)
 	if err != nil || !ok {
 		for _, c := range calls {
 			c.retry = true

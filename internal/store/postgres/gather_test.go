@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -519,5 +521,42 @@ func TestGathererHoldPanic(t *testing.T) {
 	defer g.mu.Unlock()
 	if k.running != 0 || k.next != nil {
 		t.Errorf("running %d next %v", k.running, k.next)
+	}
+}
+
+// TestGroupContextEndsWithItsLastCaller: a group's run goes on while any of
+// its callers still waits, and ends once every caller's context has ended,
+// with the last one's cause (a store that never answers then holds the
+// group no longer than its callers' deadlines).
+func TestGroupContextEndsWithItsLastCaller(t *testing.T) {
+	t.Parallel()
+	type call struct{ ctx context.Context }
+	timedOut := errors.New("timed out")
+	a, cancelA := context.WithCancelCause(context.Background())
+	b, cancelB := context.WithCancelCause(context.Background())
+	ctx, done := groupContext([]*call{{a}, {b}}, func(c *call) context.Context { return c.ctx })
+	defer done()
+	cancelA(nil)
+	select {
+	case <-ctx.Done():
+		t.Fatal("the run ended while a caller still waited for it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancelB(timedOut)
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run went on after every caller had ended")
+	}
+	if !errors.Is(context.Cause(ctx), timedOut) {
+		t.Fatalf("cause %v, want the last caller's", context.Cause(ctx))
+	}
+	// Released when the run is over, though its callers still wait.
+	c, cancelC := context.WithCancel(context.Background())
+	defer cancelC()
+	ctx2, done2 := groupContext([]*call{{c}}, func(c *call) context.Context { return c.ctx })
+	done2()
+	if ctx2.Err() == nil {
+		t.Fatal("done did not end the run's context")
 	}
 }
