@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -282,4 +283,44 @@ func TestWALOpenFailureIsNotAFailedFsync(t *testing.T) {
 	if out, err := publish("m1"); err != nil || !out[0].Duplicate {
 		t.Fatalf("m1 published again: %+v, %v; want a duplicate (it was committed)", out, err)
 	}
+}
+
+// TestHungFsyncAnswersATimedOutCaller: a caller whose request reached the
+// node's deadline (bus.ErrTimedOut) is answered unavailable though its
+// write is committed and waits for an fsync that does not return (a disk
+// that hangs); a caller without that deadline still waits for the outcome,
+// which comes once the fsync does.
+func TestHungFsyncAnswersATimedOutCaller(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ws, prod, _ := setupQueue(t, s, 5)
+	release := make(chan struct{})
+	s.setSyncFile(func(path string) error {
+		<-release
+		return fsyncFile(path)
+	})
+	publish := func(ctx context.Context, id string) error {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow})
+		return err
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- publish(context.Background(), "m0") }()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 200*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	start := time.Now()
+	err := publish(ctx, "m1")
+	if !bus.IsUnavailable(err) || time.Since(start) > 5*time.Second {
+		t.Fatalf("timed-out caller: %v after %v, want unavailable at its deadline", err, time.Since(start))
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the caller without a deadline was answered (%v) before the fsync returned", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-waited; err != nil {
+		t.Fatalf("after the fsync: %v", err)
+	}
+	s.setSyncFile(nil)
 }

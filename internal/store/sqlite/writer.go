@@ -176,6 +176,14 @@ func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
 		if o.state.CompareAndSwap(opPending, opCancelled) {
 			return ctx.Err() // not run, and now never will be
 		}
+		if bus.TimedOut(ctx) {
+			// Already running, or committed and waiting for its fsync, past
+			// the node's time for the request (a disk that does not answer):
+			// its outcome is unknown to the caller, who is told to try
+			// again (publishes and acks are idempotent). Its answer, when it
+			// comes, goes to the buffered channel.
+			return fmt.Errorf("sqlite: the write did not finish in time: %w", context.Cause(ctx))
+		}
 		err = <-o.done // already running: its outcome is the answer
 	case <-w.stopped:
 		select {
