@@ -324,3 +324,89 @@ func TestHungFsyncAnswersATimedOutCaller(t *testing.T) {
 	}
 	s.setSyncFile(nil)
 }
+
+// TestHungFsyncTimedOutReceiveGivesBack: a receive answered unavailable at
+// its deadline while its claim waited for a hung fsync gives the messages
+// back once the claim commits: ready at once, never delivered, so not
+// dead-lettered at an attempt limit of 1.
+func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 1)
+	ctx := context.Background()
+	for _, id := range []string{"m0", "m1"} {
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := make(chan struct{})
+	s.setSyncFile(func(path string) error {
+		<-release
+		return fsyncFile(path)
+	})
+	// A publish whose fsync hangs keeps the writer's next transaction
+	// open: the receive runs in it and waits.
+	published := make(chan error, 1)
+	go func() {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg("m2", "s-m2")}, Now: t0, DedupWindow: bus.DedupWindow})
+		published <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
+		t.Fatalf("receive past its deadline: %v, want unavailable", err)
+	}
+	close(release)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	s.setSyncFile(nil)
+	// The give-back runs beside: wait for the messages to be ready again.
+	var got []bus.Delivery
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Deliveries...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(got) != 3 {
+		t.Fatalf("received %d messages after the timed-out receive, want all 3 (given back)", len(got))
+	}
+	for _, d := range got {
+		if d.ReceiveCount != 1 {
+			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
+		}
+	}
+}
+
+// TestTimedOutCallerPanicIsLogged: a write whose caller was answered at its
+// deadline and that then panics is logged, since nobody raises the panic.
+func TestTimedOutCallerPanicIsLogged(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 100*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	err = s.w.do(ctx, func(d *dbq) error {
+		time.Sleep(300 * time.Millisecond)
+		panic("boom")
+	})
+	if !bus.IsUnavailable(err) {
+		t.Fatalf("caller past its deadline: %v, want unavailable", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "boom"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the panic was not logged:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

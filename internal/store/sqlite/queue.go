@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -361,10 +362,24 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 		}
 	}
 	var out *bus.ReceiveResult
-	err := s.w.do(ctx, func(d *dbq) error {
+	err := s.w.doOr(ctx, func(d *dbq) error {
 		var err error
 		out, err = receive(d, p)
 		return err
+	}, func(err error) {
+		// The caller was answered 503 before its claim committed: give the
+		// messages back, their claim undone, as for any answer that did not
+		// reach its receiver (a replay's stay in flight).
+		if err != nil || out == nil || out.Replayed || len(out.Deliveries) == 0 {
+			return
+		}
+		hs := make([]bus.Handle, len(out.Deliveries))
+		for i, d := range out.Deliveries {
+			hs[i] = d.Handle
+		}
+		if _, err := s.MessageNack(context.Background(), &bus.SettleParams{QueueID: p.QueueID, Handles: hs, Now: p.Now, GiveBack: true}); err != nil {
+			s.log.Error("sqlite: give back the messages of a receive whose caller timed out", slog.String("queue_id", p.QueueID), slog.Any("err", err))
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("receive: %w", err)

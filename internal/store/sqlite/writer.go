@@ -155,6 +155,15 @@ func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, sync
 // transaction committed (nil, or fn's own error) or failed. When ctx ends
 // before fn started, fn is not run and ctx's error is returned.
 func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
+	return w.doOr(ctx, fn, nil)
+}
+
+// doOr is do, with late run once fn's outcome is known (its error) when
+// the caller was answered before it: a caller past the node's deadline
+// (bus.TimedOut) is not held by a write that waits for a disk that does not
+// answer, and late undoes what the write did for it (a receive gives back
+// what it claimed). A panic of fn is then logged, as nobody raises it.
+func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -179,9 +188,18 @@ func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
 		if bus.TimedOut(ctx) {
 			// Already running, or committed and waiting for its fsync, past
 			// the node's time for the request (a disk that does not answer):
-			// its outcome is unknown to the caller, who is told to try
-			// again (publishes and acks are idempotent). Its answer, when it
-			// comes, goes to the buffered channel.
+			// the caller is told to try again (publishes and acks are
+			// idempotent), and late deals with the outcome when it comes.
+			go func() {
+				err := <-o.done
+				if o.panicked != nil {
+					w.log.Error("sqlite: a write whose caller had timed out panicked", slog.Any("panic", o.panicked))
+					return
+				}
+				if late != nil {
+					late(err)
+				}
+			}()
 			return fmt.Errorf("sqlite: the write did not finish in time: %w", context.Cause(ctx))
 		}
 		err = <-o.done // already running: its outcome is the answer
