@@ -96,6 +96,9 @@ const quickReceiveSQL = `WITH lim AS (
 	LEFT JOIN messages m ON m.story_id = c.id AND m.seq = c.head_seq
 	ORDER BY c.n`
 
+// fillHeadsTimeout bounds the reading of a committed claim's heads.
+const fillHeadsTimeout = 10 * time.Second
+
 // quickReceive is MessageReceive without an attempt id in one round trip:
 // quickReceiveSQL in a statement of its own (an implicit transaction).
 // ok is false, with nothing done, when the queue has exhausted heads to
@@ -148,7 +151,14 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 	// What the claim took; fillHeads may leave some of it out.
 	claimed := len(res.Deliveries)
 	if len(missing) > 0 {
-		if res.Deliveries, err = s.fillHeads(ctx, p.QueueID, res.Deliveries, missing); err != nil {
+		// The claim has committed: its answer is finished even when the
+		// caller left or reached its deadline meanwhile (the caller's side
+		// then gives the messages back, which it cannot do without them),
+		// within a bound of its own.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fillHeadsTimeout)
+		res.Deliveries, err = s.fillHeads(fctx, p.QueueID, res.Deliveries, missing)
+		cancel()
+		if err != nil {
 			return nil, false, err
 		}
 	}
