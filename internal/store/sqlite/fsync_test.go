@@ -340,6 +340,10 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	woken := make(chan string, 10)
+	lctx, stopListen := context.WithCancel(ctx)
+	defer stopListen()
+	go func() { _ = s.Listen(lctx, func(queueID string) { woken <- queueID }) }()
 	release := make(chan struct{})
 	s.setSyncFile(func(path string) error {
 		<-release
@@ -377,6 +381,14 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("received %d messages after the timed-out receive, want all 3 (given back)", len(got))
 	}
+	select {
+	case id := <-woken:
+		if id != q {
+			t.Fatalf("woke queue %s, want %s", id, q)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the give-back woke no long poll of the queue")
+	}
 	for _, d := range got {
 		if d.ReceiveCount != 1 {
 			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
@@ -408,5 +420,65 @@ func TestTimedOutCallerPanicIsLogged(t *testing.T) {
 			t.Fatalf("the panic was not logged:\n%s", logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim: a receive with an
+// attempt id answered unavailable at its deadline keeps its claim: the
+// client's retry with the same attempt id replays the same deliveries,
+// which stay theirs to acknowledge (no give-back undoes them).
+func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 5)
+	ctx := context.Background()
+	for _, id := range []string{"m0", "m1"} {
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := make(chan struct{})
+	s.setSyncFile(func(path string) error {
+		<-release
+		return fsyncFile(path)
+	})
+	published := make(chan error, 1)
+	go func() {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg("m2", "s-m2")}, Now: t0, DedupWindow: bus.DedupWindow})
+		published <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	recv := func(ctx context.Context) (*bus.ReceiveResult, error) {
+		return s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0,
+			AttemptID: "a1", AttemptWindow: bus.AttemptWindow})
+	}
+	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	if _, err := recv(rctx); !bus.IsUnavailable(err) {
+		t.Fatalf("receive past its deadline: %v, want unavailable", err)
+	}
+	close(release)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	s.setSyncFile(nil)
+	r, err := recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Deliveries) != 3 || !r.Replayed {
+		t.Fatalf("the retry got %d deliveries (replayed %v), want the 3 claimed, replayed", len(r.Deliveries), r.Replayed)
+	}
+	time.Sleep(200 * time.Millisecond) // a give-back, if any, would have landed
+	res, err := s.MessageAck(ctx, &bus.SettleParams{QueueID: q, Handles: handles(r.Deliveries), Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range res {
+		if !x.OK {
+			t.Fatalf("ack of replayed delivery %d refused (%s): the claim was given back under the receiver", i, x.Code)
+		}
 	}
 }

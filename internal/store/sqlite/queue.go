@@ -369,8 +369,11 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 	}, func(err error) {
 		// The caller was answered 503 before its claim committed: give the
 		// messages back, their claim undone, as for any answer that did not
-		// reach its receiver (a replay's stay in flight).
-		if err != nil || out == nil || out.Replayed || len(out.Deliveries) == 0 {
+		// reach its receiver. Not with an attempt id: its retry replays the
+		// same deliveries, which the give-back would then undo under the
+		// receiver (the pull API's own recovery of a lost answer); nor a
+		// replay's, which stay in flight.
+		if err != nil || out == nil || out.Replayed || p.AttemptID != "" || len(out.Deliveries) == 0 {
 			return
 		}
 		hs := make([]bus.Handle, len(out.Deliveries))
@@ -379,6 +382,10 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 		}
 		if _, err := s.MessageNack(context.Background(), &bus.SettleParams{QueueID: p.QueueID, Handles: hs, Now: p.Now, GiveBack: true}); err != nil {
 			s.log.Error("sqlite: give back the messages of a receive whose caller timed out", slog.String("queue_id", p.QueueID), slog.Any("err", err))
+			return
+		}
+		if wake := s.wake.Load(); wake != nil {
+			(*wake)(p.QueueID) // the long polls waiting on the queue look again
 		}
 	})
 	if err != nil {

@@ -35,6 +35,11 @@ type Store struct {
 	// samples holds each queue's latest committed sample (samples.go).
 	samples lastSamples
 
+	// wake is the function Listen was given (nil before): the node's own
+	// waiters are woken by the bus, but the store gives messages back by
+	// itself after a receive whose caller had timed out (queue.go).
+	wake atomic.Pointer[func(queueID string)]
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -351,8 +356,12 @@ func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
 	return interpretError(t.Commit())
 }
 
-// Listen returns nil when ctx ends: a single node wakes its own waiters.
+// Listen returns nil when ctx ends: a single node wakes its own waiters,
+// but for the messages the store gives back by itself (see wake), which
+// it tells fn of meanwhile.
 func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
+	s.wake.Store(&fn)
 	<-ctx.Done()
+	s.wake.CompareAndSwap(&fn, nil)
 	return nil
 }
