@@ -156,11 +156,26 @@ func (s *Store) quickReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.Re
 		// then gives the messages back, which it cannot do without them),
 		// within a bound of its own.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fillHeadsTimeout)
-		res.Deliveries, err = s.fillHeads(fctx, p.QueueID, res.Deliveries, missing)
+		filled, err := s.fillHeads(fctx, p.QueueID, res.Deliveries, missing)
 		cancel()
 		if err != nil {
-			return nil, false, err
+			// The claim stands: answer the heads read with it, so that they
+			// are delivered or given back; those not read stay claimed
+			// until their visibility ends. Nothing read: the error.
+			kept := res.Deliveries[:0]
+			for _, d := range res.Deliveries {
+				if d.Handle.QueueID != "" {
+					kept = append(kept, d)
+				}
+			}
+			if len(kept) == 0 {
+				return nil, false, err
+			}
+			s.logger.WarnContext(ctx, "postgres: heads of a committed claim not read; answering the others",
+				"queue_id", p.QueueID, "unread", len(missing), "err", err)
+			filled = kept
 		}
+		res.Deliveries = filled
 	}
 	if next != nil {
 		res.NextVisibleAt = fromMS(*next)
