@@ -344,30 +344,13 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 	lctx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
 	go func() { _ = s.Listen(lctx, func(queueID string) { woken <- queueID }) }()
-	release := make(chan struct{})
-	s.setSyncFile(func(path string) error {
-		<-release
-		return fsyncFile(path)
-	})
-	// A publish whose fsync hangs keeps the writer's next transaction
-	// open: the receive runs in it and waits.
-	published := make(chan error, 1)
-	go func() {
-		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg("m2", "s-m2")}, Now: t0, DedupWindow: bus.DedupWindow})
-		published <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
+	release := hangBehindPublish(t, s, ws, prod)
 	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
 	defer cancel()
 	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
 		t.Fatalf("receive past its deadline: %v, want unavailable", err)
 	}
-	close(release)
-	if err := <-published; err != nil {
-		t.Fatal(err)
-	}
-	s.setSyncFile(nil)
+	release()
 	// The give-back runs beside: wait for the messages to be ready again.
 	var got []bus.Delivery
 	for deadline := time.Now().Add(5 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
@@ -438,18 +421,7 @@ func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release := make(chan struct{})
-	s.setSyncFile(func(path string) error {
-		<-release
-		return fsyncFile(path)
-	})
-	published := make(chan error, 1)
-	go func() {
-		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg("m2", "s-m2")}, Now: t0, DedupWindow: bus.DedupWindow})
-		published <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
+	release := hangBehindPublish(t, s, ws, prod)
 	recv := func(ctx context.Context) (*bus.ReceiveResult, error) {
 		return s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0,
 			AttemptID: "a1", AttemptWindow: bus.AttemptWindow})
@@ -459,11 +431,7 @@ func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
 	if _, err := recv(rctx); !bus.IsUnavailable(err) {
 		t.Fatalf("receive past its deadline: %v, want unavailable", err)
 	}
-	close(release)
-	if err := <-published; err != nil {
-		t.Fatal(err)
-	}
-	s.setSyncFile(nil)
+	release()
 	r, err := recv(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -480,5 +448,33 @@ func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
 		if !x.OK {
 			t.Fatalf("ack of replayed delivery %d refused (%s): the claim was given back under the receiver", i, x.Code)
 		}
+	}
+}
+
+// hangBehindPublish makes the WAL's fsync hang and publishes m2 (story
+// s-m2) behind it: the writer's next transaction stays open, so the next
+// operations run in it and wait. release lets the fsync through, waits for
+// that publish and puts the real fsync back.
+func hangBehindPublish(t *testing.T, s *Store, ws, prod string) (release func()) {
+	t.Helper()
+	hung := make(chan struct{})
+	s.setSyncFile(func(path string) error {
+		<-hung
+		return fsyncFile(path)
+	})
+	published := make(chan error, 1)
+	go func() {
+		_, err := s.MessagePublish(context.Background(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg("m2", "s-m2")}, Now: t0, DedupWindow: bus.DedupWindow})
+		published <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	return func() {
+		t.Helper()
+		close(hung)
+		if err := <-published; err != nil {
+			t.Fatal(err)
+		}
+		s.setSyncFile(nil)
 	}
 }
