@@ -78,10 +78,9 @@ const (
 // database's clock) on dbClock.
 func (l *FailureLimiter) nowArg() *int64 {
 	if l.dbClock {
-		return nil
+		return nil // the clock is not read
 	}
-	v := l.clock.Now().UnixNano()
-	return &v
+	return decideAt(false, l.clock.Now())
 }
 
 // Blocked implements auth.FailureLimiter.

@@ -190,8 +190,12 @@ const dbNow = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000`
 
 // nowArg is the now a statement decides at: nil, the database's clock
 // (dbNow), for a limiter on dbClock.
-func (l *Limiter) nowArg(now time.Time) *int64 {
-	if l.dbClock {
+func (l *Limiter) nowArg(now time.Time) *int64 { return decideAt(l.dbClock, now) }
+
+// decideAt is the time argument of a limit statement: now in unix
+// nanoseconds, or nil (the database's clock, dbNow) when dbClock.
+func decideAt(dbClock bool, now time.Time) *int64 {
+	if dbClock {
 		return nil
 	}
 	v := now.UnixNano()
