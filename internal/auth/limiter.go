@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -57,26 +58,26 @@ func LimiterKey(clientID string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// window is a fixed window that starts at its first failure.
-type window struct {
-	start time.Time
-	count int
-}
+// failureLog is a key's latest failures, oldest first, as unix
+// nanoseconds: those still in the window, at most the limit's number (an
+// older one can no longer decide anything; see BlockedBy).
+type failureLog []int64
 
 // MemoryFailureLimiter is a FailureLimiter kept in this process: per client
-// id and per remote address (edge.AddrKey: an IPv4 address, an IPv6 /64), a
-// one-minute window opens at the first failure;
-// once it holds the limit's number of failures, attempts are blocked until
-// it ends. Memory is bounded: ended windows are swept, and when a table is
-// full of live windows a new key is not tracked (its attempts still count
+// id and per remote address (edge.AddrKey: an IPv4 address, an IPv6 /64),
+// attempts are blocked while the minute before holds the limit's number of
+// failures (a sliding window), until the oldest of them is a minute old.
+// Memory is bounded: a key keeps at most its limit's number of times,
+// keys whose failures all left the window are swept, and when a table is
+// full of live keys a new key is not tracked (its attempts still count
 // against their remote address). Safe for concurrent use.
 type MemoryFailureLimiter struct {
 	clock     bus.Clock
 	perClient int
 	perAddr   int
 	mu        sync.Mutex
-	clients   map[string]window
-	addrs     map[string]window
+	clients   map[string]failureLog
+	addrs     map[string]failureLog
 	lastSweep time.Time
 }
 
@@ -85,7 +86,7 @@ type MemoryFailureLimiter struct {
 func NewMemoryFailureLimiter(clock bus.Clock) *MemoryFailureLimiter {
 	return &MemoryFailureLimiter{
 		clock: clock, perClient: FailuresPerClient, perAddr: FailuresPerRemoteAddr,
-		clients: make(map[string]window), addrs: make(map[string]window),
+		clients: make(map[string]failureLog), addrs: make(map[string]failureLog),
 	}
 }
 
@@ -96,8 +97,7 @@ func (l *MemoryFailureLimiter) Blocked(_ context.Context, clientID, remoteAddr s
 	key := LimiterKey(clientID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, a := l.clients[key], l.addrs[addr]
-	return max(BlockedFor(c.start, c.count, l.perClient, now), BlockedFor(a.start, a.count, l.perAddr, now)), nil
+	return max(BlockedBy(l.clients[key], l.perClient, now), BlockedBy(l.addrs[addr], l.perAddr, now)), nil
 }
 
 // Failed implements FailureLimiter.
@@ -108,60 +108,74 @@ func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr st
 	defer l.mu.Unlock()
 	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
 		len(l.clients) >= maxLimiterKeys || len(l.addrs) >= maxLimiterKeys {
-		// Sweep ended windows about once a window (amortised O(1) a call),
-		// and before refusing to track a new key in a full table.
+		// Sweep keys without a live failure about once a window
+		// (amortised O(1) a call), and before refusing to track a new key
+		// in a full table.
 		l.sweepLocked(now)
 	}
-	count(l.clients, key, now)
-	count(l.addrs, addr, now)
+	count(l.clients, key, l.perClient, now)
+	count(l.addrs, addr, l.perAddr, now)
 	return nil
 }
 
 func (l *MemoryFailureLimiter) sweepLocked(now time.Time) {
-	for k, w := range l.clients {
-		if !live(w, now) {
-			delete(l.clients, k)
-		}
-	}
-	for k, w := range l.addrs {
-		if !live(w, now) {
-			delete(l.addrs, k)
+	for _, m := range []map[string]failureLog{l.clients, l.addrs} {
+		for k, f := range m {
+			// Its latest failure is the last to leave the window.
+			if len(f) == 0 || !liveAt(f[len(f)-1], now.UnixNano()) {
+				delete(m, k)
+			}
 		}
 	}
 	l.lastSweep = now
 }
 
-// live reports whether w is still open at now.
-func live(w window, now time.Time) bool {
-	return !w.start.IsZero() && liveAt(w.start, now)
+// liveAt reports whether a failure at unix nanoseconds at is still in the
+// window at now (one in the future, after the clock went back, is not).
+func liveAt(at, now int64) bool {
+	return at <= now && now-at < int64(FailureWindow)
 }
 
-// liveAt reports whether a window that started at start is still open at now
-// (a start in the future, after the clock went back, is not).
-func liveAt(start, now time.Time) bool {
-	return !now.Before(start) && now.Sub(start) < FailureWindow
-}
-
-// count adds a failure for key, opening a new window when its last one ended.
-func count(m map[string]window, key string, now time.Time) {
-	w, ok := m[key]
-	if !ok || !live(w, now) {
-		if !ok && len(m) >= maxLimiterKeys {
-			return // full of live windows: do not grow (see the type's comment)
-		}
-		w = window{start: now}
+// count adds a failure for key at now, keeping of its log the failures
+// still in the window, and of those at most limit, the latest.
+func count(m map[string]failureLog, key string, limit int, now time.Time) {
+	f, ok := m[key]
+	if !ok && len(m) >= maxLimiterKeys {
+		return // full of live keys: do not grow (see the type's comment)
 	}
-	w.count++
-	m[key] = w
+	at := now.UnixNano()
+	live := f[:0]
+	for _, t := range f {
+		if liveAt(t, at) {
+			live = append(live, t)
+		}
+	}
+	live = append(live, at)
+	if len(live) > limit {
+		live = append(live[:0], live[len(live)-limit:]...)
+	}
+	m[key] = live
 }
 
-// BlockedFor is how long a failure window that started at start and holds
-// failures still blocks at now, for a limit of limit failures a window,
-// rounded up to whole seconds (Retry-After is whole seconds), or 0. Every
-// FailureLimiter decides with it, so that they all block alike.
-func BlockedFor(start time.Time, failures, limit int, now time.Time) time.Duration {
-	if failures < limit || !liveAt(start, now) {
+// BlockedBy is how long attempts of a key whose failures were at times
+// (unix nanoseconds, in any order) must still wait at now, for a limit of
+// limit failures a window: while limit of them fall in the window that
+// ends at now, until the oldest of the latest limit leaves it; rounded up
+// to whole seconds (Retry-After is whole seconds), or 0. Failures in the
+// future (the clock went back) do not count. Every FailureLimiter decides
+// with it, so that they all block alike.
+func BlockedBy(times []int64, limit int, now time.Time) time.Duration {
+	at := now.UnixNano()
+	live := make([]int64, 0, len(times))
+	for _, t := range times {
+		if liveAt(t, at) {
+			live = append(live, t)
+		}
+	}
+	if limit <= 0 || len(live) < limit {
 		return 0
 	}
-	return (start.Add(FailureWindow).Sub(now) + time.Second - 1).Truncate(time.Second)
+	slices.Sort(live)
+	oldest := live[len(live)-limit]
+	return (time.Duration(oldest+int64(FailureWindow)-at) + time.Second - 1).Truncate(time.Second)
 }

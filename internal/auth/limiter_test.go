@@ -32,6 +32,55 @@ func TestLimiterWindows(t *testing.T) {
 	}
 }
 
+// TestLimiterSlidingWindow: attempts are blocked while the minute before
+// holds the limit's failures, wherever a window would have begun: 19
+// failures just before the minute after a key's first failure ends and
+// two just after it block the key at the second, until the 19 are a
+// minute old; and a key keeps no more times than its limit.
+func TestLimiterSlidingWindow(t *testing.T) {
+	ctx := context.Background()
+	clock := bus.NewManualClock(t0)
+	l := NewMemoryFailureLimiter(clock)
+	blocked := func() time.Duration {
+		t.Helper()
+		w, _ := l.Blocked(ctx, "c1", "192.0.2.1:1")
+		return w
+	}
+	fail := func(n int) {
+		for i := range n {
+			_ = l.Failed(ctx, "c1", fmt.Sprintf("10.0.0.%d:1", i))
+		}
+	}
+	fail(1)
+	clock.Advance(59*time.Second + 500*time.Millisecond)
+	fail(FailuresPerClient - 2)
+	if w := blocked(); w != 0 {
+		t.Fatalf("blocked %v after %d failures", w, FailuresPerClient-1)
+	}
+	clock.Advance(700 * time.Millisecond) // the first failure is a minute old
+	fail(1)
+	if w := blocked(); w != 0 {
+		t.Fatalf("blocked %v with %d failures in the minute", w, FailuresPerClient-1)
+	}
+	fail(1)
+	if w := blocked(); w != time.Minute {
+		t.Fatalf("blocked %v with %d failures in the minute, want 1m (59.3s, rounded up)", w, FailuresPerClient)
+	}
+	clock.Advance(59*time.Second + 300*time.Millisecond - time.Millisecond)
+	if w := blocked(); w != time.Second {
+		t.Fatalf("1ms before the oldest of them is a minute old: blocked %v, want 1s", w)
+	}
+	clock.Advance(time.Millisecond)
+	if w := blocked(); w != 0 {
+		t.Fatalf("once it is a minute old: blocked %v", w)
+	}
+	// Past its limit a key keeps only the latest times.
+	fail(5 * FailuresPerClient)
+	if n := len(l.clients["c1"]); n != FailuresPerClient {
+		t.Fatalf("a key keeps %d times, want %d", n, FailuresPerClient)
+	}
+}
+
 func TestLimiterBounded(t *testing.T) {
 	ctx := context.Background()
 	clock := bus.NewManualClock(t0)

@@ -149,7 +149,7 @@ type (
 	RateLimiterStore interface {
 		RateLimiter() limits.Limiter
 	}
-	// FailureLimiterStore keeps the token endpoint's failure windows for
+	// FailureLimiterStore keeps the token endpoint's failed authentications for
 	// every node.
 	FailureLimiterStore interface {
 		TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter
@@ -317,7 +317,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	// Limits: on PostgreSQL several nodes may share the database, so the
-	// rate limits, daily quotas and token failure windows are rows of it,
+	// rate limits, daily quotas and failed token requests are rows of it,
 	// shared by every node; on SQLite (one node) they are kept in process.
 	// Signing keys and the handle MAC key are in the store either way;
 	// credential changes made on another node reach this one's checks when

@@ -164,7 +164,8 @@ func TestQueueCounterSlots(t *testing.T) {
 }
 
 // dropCounters takes the schema back to version 7: no counters, no
-// triggers, nor what later migrations added (the sample rounds).
+// triggers, nor what later migrations added (the sample rounds, the
+// failure log).
 func dropCounters(t *testing.T, s *Store) {
 	t.Helper()
 	if _, err := s.pool.Exec(t.Context(), `DROP TABLE queue_counts;
@@ -173,6 +174,7 @@ func dropCounters(t *testing.T, s *Store) {
 		DROP FUNCTION queue_counts_messages_in(), queue_counts_messages_out(), queue_counts_dead_in(),
 			queue_counts_dead_out(), queue_counts_slot();
 		DROP TABLE sample_rounds;
+		DROP TABLE auth_failure_log;
 		DELETE FROM schema_migrations WHERE version >= 8`); err != nil {
 		t.Fatal(err)
 	}

@@ -277,8 +277,8 @@ func TestFailureLimiterShared(t *testing.T) {
 	if err := fb.Failed(ctx, "conn-1", "10.0.0.1:4001"); err != nil {
 		t.Fatal(err)
 	}
-	// The 20th: blocked on both nodes, from any address, until the minute
-	// that began at the first failure has passed (49.7s, rounded up).
+	// The 20th: blocked on both nodes, from any address, until the first
+	// 19 are a minute old (49.7s, rounded up).
 	for _, l := range []*FailureLimiter{fa, fb} {
 		if w := blocked(l, "conn-1", "192.0.2.7:5"); w != 50*time.Second {
 			t.Fatalf("after 20 failures: blocked %v, want 50s", w)
@@ -289,20 +289,25 @@ func TestFailureLimiterShared(t *testing.T) {
 	}
 	clock.Advance(49*time.Second + 699*time.Millisecond)
 	if w := blocked(fa, "conn-1", "x"); w != time.Second {
-		t.Fatalf("1ms before the window ends: %v, want 1s", w)
+		t.Fatalf("1ms before the first failures are a minute old: %v, want 1s", w)
 	}
 	clock.Advance(time.Millisecond)
 	if w := blocked(fa, "conn-1", "x"); w != 0 {
-		t.Fatalf("after the window: blocked %v", w)
+		t.Fatalf("once they are a minute old: blocked %v", w)
 	}
-	// A failure after the window opens a new one with one failure.
-	if err := fa.Failed(ctx, "conn-1", "x"); err != nil {
-		t.Fatal(err)
+	// The window slides: the 20th failure, 10.3s after the others, still
+	// counts, so 19 more block conn-1 again until it is a minute old.
+	for range 19 {
+		if err := fa.Failed(ctx, "conn-1", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []*FailureLimiter{fa, fb} {
+		if w := blocked(l, "conn-1", "192.0.2.7:5"); w != 11*time.Second {
+			t.Fatalf("after 19 more failures: blocked %v, want 11s (10.3s, rounded up)", w)
+		}
 	}
 	var n int
-	if err := a.pool.QueryRow(ctx, `SELECT failures FROM auth_failures WHERE kind = 'c' AND key = 'conn-1'`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("failures in the new window: %d, %v", n, err)
-	}
 
 	// Per address: 100 failures from one IPv6 /64, any client, any port,
 	// over both nodes.
@@ -330,7 +335,7 @@ func TestFailureLimiterShared(t *testing.T) {
 	if n, err := fb.Sweep(ctx); err != nil || n == 0 {
 		t.Fatalf("Sweep: %d, %v", n, err)
 	}
-	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failures`).Scan(&n); err != nil || n != 0 {
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failure_log`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows after the sweep: %d, %v", n, err)
 	}
 }
@@ -371,6 +376,32 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 	check("a minute later", "c", "198.51.100.2")
 	clock.Set(t0.Add(-time.Hour)) // the clock goes back: the window is not live
 	check("clock went back", "c", "198.51.100.2")
+
+	// Across the end of a window that opened at a key's first failure:
+	// one failure, then 18 at 59.5s, then two more just after the minute.
+	// Each limiter blocks at the 20th (a fixed window would have let 19
+	// more through), until the 18 are a minute old.
+	clock.Set(t0.Add(time.Hour))
+	fail := func(n int) {
+		for i := range n {
+			_ = mem.Failed(ctx, "d", "198.51.100.3:1")
+			if err := nodes[i%2].Failed(ctx, "d", "198.51.100.3:1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fail(1)
+	clock.Advance(59*time.Second + 500*time.Millisecond)
+	fail(18)
+	check("19 failures in the minute", "d", "198.51.100.4")
+	clock.Advance(700 * time.Millisecond)
+	fail(1)
+	check("the first failure left the window", "d", "198.51.100.4")
+	fail(1)
+	check("20 failures in the minute before", "d", "198.51.100.4")
+	if w, _ := mem.Blocked(ctx, "d", "198.51.100.4"); w != time.Minute {
+		t.Fatalf("blocked %v across a window's end, want 1m (59.3s, rounded up)", w)
+	}
 }
 
 // TestLimitTakeMatchesGo runs sombus_limit_take (the arithmetic of
@@ -669,8 +700,8 @@ func rowsGone(t *testing.T, s *Store, countQuery string) bool {
 	}
 }
 
-// TestFailureSweepBesideRefusals: the sweep of ended failure windows that a
-// refusal finds due runs beside it: with an ended window's row locked, the
+// TestFailureSweepBesideRefusals: the sweep of failures a minute old that a
+// refusal finds due runs beside it: with such a failure's row locked, the
 // refusal is counted at once, and the row goes once the lock is released.
 func TestFailureSweepBesideRefusals(t *testing.T) {
 	t.Parallel()
@@ -681,16 +712,16 @@ func TestFailureSweepBesideRefusals(t *testing.T) {
 	if err := l.Failed(ctx, "conn-1", "10.0.0.1:4000"); err != nil { // its sweep finds nothing
 		t.Fatal(err)
 	}
-	tx := lockRow(t, s, `SELECT 1 FROM auth_failures WHERE key = $1 FOR UPDATE`, "conn-1")
-	// Two windows later conn-1's window has ended and a sweep is due.
+	tx := lockRow(t, s, `SELECT 1 FROM auth_failure_log WHERE key = $1 FOR UPDATE`, "conn-1")
+	// Two minutes later conn-1's failure is out of the window and a sweep is due.
 	clock.Advance(2 * time.Minute)
 	answeredBesideLock(t, tx, "a refusal that found a sweep due", func() {
 		if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if !rowsGone(t, s, `SELECT count(*) FROM auth_failures WHERE key = 'conn-1'`) {
-		t.Fatal("the ended window was not swept once its lock was released")
+	if !rowsGone(t, s, `SELECT count(*) FROM auth_failure_log WHERE key = 'conn-1'`) {
+		t.Fatal("the old failure was not swept once its lock was released")
 	}
 }
 
@@ -773,9 +804,9 @@ func TestRateLimiterUsesTheDatabaseClock(t *testing.T) {
 }
 
 // TestTokenFailureLimiterUsesTheDatabaseClock: with the system clock (a
-// node's), failure windows open and end at the database's clock, so a
-// node whose clock runs an hour ahead neither opens a fresh window on a
-// full one nor sweeps away the window another node counts in.
+// node's), failures are dated and judged at the database's clock, so a
+// node whose clock runs an hour ahead neither sees the others' failures
+// out of the window nor sweeps them away.
 func TestTokenFailureLimiterUsesTheDatabaseClock(t *testing.T) {
 	t.Parallel()
 	a, b := twoNodes(t)

@@ -7,7 +7,7 @@ import (
 )
 
 // Several nodes may share one database, so the store offers the node its
-// rate limits and token failure windows as rows of that database, through
+// rate limits and failed token requests as rows of that database, through
 // the server's optional store interfaces (LockStartup is the third).
 
 // RateLimiter returns the node's limits.Limiter: Limiter's, deciding at
@@ -19,10 +19,11 @@ import (
 func (s *Store) RateLimiter() limits.Limiter { return &Limiter{s: s, dbClock: true} }
 
 // TokenFailureLimiter returns FailureLimiter as an auth.FailureLimiter.
-// With the system clock (a node's) its windows follow the database's
-// clock, as RateLimiter's buckets do: a node whose clock runs ahead would
-// otherwise open a new window early (20 more attempts) and sweep the
-// others' windows away. Another clock (a test's) is followed as given.
+// With the system clock (a node's) failures are dated and judged at the
+// database's clock, as RateLimiter's buckets are: a node whose clock runs
+// ahead would otherwise see the others' failures leave the window early
+// (20 more attempts) and sweep them away. Another clock (a test's) is
+// followed as given.
 func (s *Store) TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter {
 	l := s.FailureLimiter(clock)
 	_, l.dbClock = clock.(bus.SystemClock)

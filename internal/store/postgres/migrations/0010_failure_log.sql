@@ -1,0 +1,24 @@
+-- 0010: the token service's and the portal's failure limits become sliding
+-- windows. A failed authentication is a row of its own, and attempts are
+-- blocked while the minute before holds the limit's number of them, where
+-- the fixed window of auth_failures (opened at a key's first failure) let
+-- twice the limit through within a second across the window's end.
+--
+-- Rows are only inserted and, once a minute old, deleted by the nodes'
+-- sweeps: the table holds the failures of the last minute, at most about a
+-- limit's number a key (an attempt past the limit is refused before it can
+-- fail). auth_failures stays for nodes of earlier versions during a rolling
+-- upgrade; this version neither reads nor writes it.
+CREATE TABLE auth_failure_log (
+    -- 'c': a client id (or the portal's key of an email); 'a': a remote
+    -- address.
+    kind      text NOT NULL,
+    key       text NOT NULL,
+    -- When it failed, unix nanoseconds.
+    failed_at bigint NOT NULL
+) WITH (
+    autovacuum_vacuum_scale_factor = 0.05,
+    autovacuum_vacuum_cost_delay = 0
+);
+-- A key's latest failures, newest first; the sweep's scan is of a small table.
+CREATE INDEX auth_failure_log_key ON auth_failure_log (kind, key, failed_at);
