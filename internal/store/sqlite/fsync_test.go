@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,6 +283,115 @@ func TestWALOpenFailureIsNotAFailedFsync(t *testing.T) {
 	}
 	if out, err := publish("m1"); err != nil || !out[0].Duplicate {
 		t.Fatalf("m1 published again: %+v, %v; want a duplicate (it was committed)", out, err)
+	}
+}
+
+// TestWALOpenFailureReceiveGivesBack: a receive whose claim committed but
+// whose fsync could not be made (the WAL would not open) is answered
+// unavailable, and gives the messages back: ready at once, never
+// delivered, so not dead-lettered at an attempt limit of 1.
+func TestWALOpenFailureReceiveGivesBack(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 1)
+	ctx := context.Background()
+	for _, id := range []string{"m0", "m1"} {
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	s.setSyncFile(func(path string) error {
+		failed := false
+		once.Do(func() { failed = true })
+		if failed {
+			return &os.PathError{Op: "open", Path: path, Err: syscall.EMFILE}
+		}
+		return fsyncFile(path)
+	})
+	defer s.setSyncFile(nil)
+	if _, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
+		t.Fatalf("receive whose WAL would not open: %v, want unavailable", err)
+	}
+	// The give-back runs beside: wait for the messages to be ready again.
+	var got []bus.Delivery
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Deliveries...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(got) != 2 {
+		t.Fatalf("received %d messages after the refused receive, want both (given back)", len(got))
+	}
+	for _, d := range got {
+		if d.ReceiveCount != 1 {
+			t.Fatalf("%s delivered with receive count %d, want 1 (the refused claim undone)", d.MessageID, d.ReceiveCount)
+		}
+	}
+}
+
+// TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure: a receive
+// answered at its deadline, whose claim then commits but cannot be made
+// durable (the WAL would not open), gives the messages back all the same.
+func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ws, prod, q := setupQueue(t, s, 1)
+	ctx := context.Background()
+	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+		Messages: []bus.PublishMessage{msg("m0", "s-m0")}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+		t.Fatal(err)
+	}
+	// The first fsync hangs (behind it the publish of m1), the second (the
+	// claim's) cannot open the WAL, the others work.
+	hung := make(chan struct{})
+	var calls atomic.Int32
+	s.setSyncFile(func(path string) error {
+		switch calls.Add(1) {
+		case 1:
+			<-hung
+		case 2:
+			return &os.PathError{Op: "open", Path: path, Err: syscall.EMFILE}
+		}
+		return fsyncFile(path)
+	})
+	defer s.setSyncFile(nil)
+	published := make(chan error, 1)
+	go func() {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg("m1", "s-m1")}, Now: t0, DedupWindow: bus.DedupWindow})
+		published <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
+		t.Fatalf("receive past its deadline: %v, want unavailable", err)
+	}
+	close(hung)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	var got []bus.Delivery
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Deliveries...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(got) != 2 || calls.Load() < 3 {
+		t.Fatalf("received %d messages after %d fsyncs, want both (given back) after at least 3", len(got), calls.Load())
+	}
+	for _, d := range got {
+		if d.ReceiveCount != 1 {
+			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
+		}
 	}
 }
 

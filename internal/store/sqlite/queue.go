@@ -367,9 +367,10 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 		out, err = receive(d, p)
 		return err
 	}, func(err error) {
-		// The caller was answered 503 before its claim committed: give the
-		// messages back, their claim undone, as for any answer that did not
-		// reach its receiver. Not with an attempt id: its retry replays the
+		// The caller was answered 503 before its claim committed, or
+		// with the error of the claim's fsync: give the messages back,
+		// their claim undone, as for any answer that did not reach its
+		// receiver. Not with an attempt id: its retry replays the
 		// same deliveries, which the give-back would then undo under the
 		// receiver (the pull API's own recovery of a lost answer); nor a
 		// replay's, which stay in flight.
@@ -381,7 +382,7 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 			hs[i] = d.Handle
 		}
 		if _, err := s.MessageNack(context.Background(), &bus.SettleParams{QueueID: p.QueueID, Handles: hs, Now: p.Now, GiveBack: true}); err != nil {
-			s.log.Error("sqlite: give back the messages of a receive whose caller timed out", slog.String("queue_id", p.QueueID), slog.Any("err", err))
+			s.log.Error("sqlite: give back the messages of a receive answered with an error", slog.String("queue_id", p.QueueID), slog.Any("err", err))
 			return
 		}
 		if wake := s.wake.Load(); wake != nil {

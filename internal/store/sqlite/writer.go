@@ -59,6 +59,10 @@ type op struct {
 	err      error
 	panicked any // a panic of run, raised again in the caller
 	attempts int
+	// unsynced: run committed, but the fsync that was to make it durable
+	// failed, and the caller is answered with that error (set before the
+	// answer is sent).
+	unsynced bool
 }
 
 // walPolicy says when the writer checkpoints (tests shrink it).
@@ -163,6 +167,9 @@ func (w *writer) do(ctx context.Context, fn func(d *dbq) error) error {
 // (bus.TimedOut) is not held by a write that waits for a disk that does not
 // answer, and late undoes what the write did for it (a receive gives back
 // what it claimed). A panic of fn is then logged, as nobody raises it.
+// late also runs, with nil, beside a caller answered with the error of an
+// fsync that could not be made (the WAL would not open) although fn
+// committed: the caller tries again, and what fn did for it is undone.
 func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -196,7 +203,10 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 					w.log.Error("sqlite: a write whose caller had timed out panicked", slog.Any("panic", o.panicked))
 					return
 				}
-				if late != nil {
+				if o.unsynced {
+					err = nil // fn's own outcome: committed
+				}
+				if late != nil && (err != nil || w.failure() == nil) {
 					late(err)
 				}
 			}()
@@ -212,6 +222,12 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	}
 	if o.panicked != nil {
 		panic(o.panicked)
+	}
+	if o.unsynced && late != nil && w.failure() == nil {
+		// Committed, and answered with the error of its fsync: undone
+		// beside, as for a caller that timed out. (In the failed state
+		// the store takes no write that could undo it.)
+		go late(nil)
 	}
 	return err
 }
@@ -462,6 +478,7 @@ func (w *writer) syncer() {
 		for _, c := range group {
 			for _, o := range c.ops {
 				if err != nil && o.err == nil && o.panicked == nil {
+					o.unsynced = true
 					o.done <- err
 					continue
 				}
@@ -488,8 +505,9 @@ func (w *writer) syncer() {
 // failed state (see fail), and so does a WAL that is gone. A WAL that
 // could not be opened for the fsync for want of a descriptor or memory
 // (too many open files) was never synced, so the kernel dropped nothing: the batches it was to cover are answered unavailable (their
-// callers try again: publishes and acks are idempotent), and the next
-// fsync, which covers them too, may well succeed.
+// callers try again: publishes and acks are idempotent; a receive gives
+// back what it claimed, see doOr), and the next fsync, which covers them
+// too, may well succeed.
 func (w *writer) syncWAL() error {
 	sync := fsyncFile
 	if f := w.syncFile.Load(); f != nil {
