@@ -489,6 +489,56 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 	}
 }
 
+// TestGiveBackLandsWhenTheStoreCloses: the store closed while a timed-out
+// receive's claim waits for a hung fsync still gives the messages back
+// before it stops: reopened, they are ready, never delivered.
+func TestGiveBackLandsWhenTheStoreCloses(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "close.db")
+	ctx := context.Background()
+	s, err := Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, prod, q := setupQueue(t, s, 1)
+	for _, id := range []string{"m0", "m1"} {
+		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := hangBehindPublish(t, s, ws, prod)
+	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
+	defer cancel()
+	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
+		t.Fatalf("receive past its deadline: %v, want unavailable", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	time.Sleep(50 * time.Millisecond) // Close waits for the fsync
+	release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, path, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Deliveries) != 3 {
+		t.Fatalf("received %d messages after the reopen, want all 3 (given back before the close)", len(r.Deliveries))
+	}
+	for _, d := range r.Deliveries {
+		if d.ReceiveCount != 1 {
+			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
+		}
+	}
+}
+
 // TestTimedOutCallerPanicIsLogged: a write whose caller was answered at its
 // deadline and that then panics is logged, since nobody raises the panic.
 func TestTimedOutCallerPanicIsLogged(t *testing.T) {

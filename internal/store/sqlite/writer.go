@@ -121,6 +121,13 @@ type writer struct {
 	// failed is set, once and for good, by the first failed fsync of the
 	// WAL; from then on every write is refused with it (see fail).
 	failed atomic.Pointer[error]
+
+	// lateN counts the goroutines doOr started to deal with the outcome of
+	// a write whose caller it had answered (see goLate); stop waits until
+	// it is zero (lateIdle, under lateMu).
+	lateMu   sync.Mutex
+	lateN    int
+	lateIdle *sync.Cond
 }
 
 // committed is a committed batch whose callers wait for the WAL's fsync.
@@ -145,6 +152,7 @@ func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, sync
 		syncIdle:    make(chan struct{}, 1),
 		syncerDone:  make(chan struct{}),
 	}
+	w.lateIdle = sync.NewCond(&w.lateMu)
 	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
 	// Ack records left in ack_log count toward the next move, so that
@@ -197,7 +205,7 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 			// the node's time for the request (a disk that does not answer):
 			// the caller is told to try again (publishes and acks are
 			// idempotent), and late deals with the outcome when it comes.
-			go func() {
+			w.goLate(func() {
 				err := <-o.done
 				if o.panicked != nil {
 					w.log.Error("sqlite: a write whose caller had timed out panicked", slog.Any("panic", o.panicked))
@@ -209,7 +217,7 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 				if late != nil && (err != nil || w.failure() == nil) {
 					late(err)
 				}
-			}()
+			})
 			return fmt.Errorf("sqlite: the write did not finish in time: %w", context.Cause(ctx))
 		}
 		err = <-o.done // already running: its outcome is the answer
@@ -227,9 +235,29 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 		// Committed, and answered with the error of its fsync: undone
 		// beside, as for a caller that timed out. (In the failed state
 		// the store takes no write that could undo it.)
-		go late(nil)
+		w.goLate(func() { late(nil) })
 	}
 	return err
+}
+
+// goLate runs fn, which deals with the outcome of a write whose caller was
+// answered before it, on a goroutine of its own. stop waits for it before
+// the writer stops taking operations: what fn undoes (a receive's give-back
+// is a write) is not dropped when the store closes meanwhile.
+func (w *writer) goLate(fn func()) {
+	w.lateMu.Lock()
+	w.lateN++
+	w.lateMu.Unlock()
+	go func() {
+		defer func() {
+			w.lateMu.Lock()
+			if w.lateN--; w.lateN == 0 {
+				w.lateIdle.Broadcast()
+			}
+			w.lateMu.Unlock()
+		}()
+		fn()
+	}()
 }
 
 // loop is the writer goroutine.
@@ -676,9 +704,17 @@ func (w *writer) checkpoint(mode string) {
 	}
 }
 
-// stop ends the writer after the operations already submitted.
+// stop ends the writer after the operations already submitted, and after
+// the goroutines of goLate (which may submit more).
 func (w *writer) stop() {
-	w.once.Do(func() { close(w.quit) })
+	w.once.Do(func() {
+		w.lateMu.Lock()
+		for w.lateN > 0 {
+			w.lateIdle.Wait()
+		}
+		w.lateMu.Unlock()
+		close(w.quit)
+	})
 	<-w.stopped
 }
 
