@@ -59,18 +59,22 @@ func LimiterKey(clientID string) string {
 }
 
 // failureLog is a key's latest failures, oldest first, as unix
-// nanoseconds: those still in the window, at most the limit's number (an
-// older one can no longer decide anything; see BlockedBy).
+// nanoseconds: those in the window when the key last failed, at most the
+// limit's number (an older one can no longer decide anything; see
+// BlockedBy). Its capacity never exceeds the limit.
 type failureLog []int64
 
 // MemoryFailureLimiter is a FailureLimiter kept in this process: per client
 // id and per remote address (edge.AddrKey: an IPv4 address, an IPv6 /64),
 // attempts are blocked while the minute before holds the limit's number of
 // failures (a sliding window), until the oldest of them is a minute old.
-// Memory is bounded: a key keeps at most its limit's number of times,
-// keys whose failures all left the window are swept, and when a table is
-// full of live keys a new key is not tracked (its attempts still count
-// against their remote address). Safe for concurrent use.
+// A failure dated after now (the clock went back) does not count, and goes
+// at the key's next failure or the next sweep, as on PostgreSQL. Memory is
+// bounded: a key keeps at most its limit's number of times (8 bytes each:
+// at most about 60 MiB with both tables full), keys without a failure in
+// the window are swept, and when a table is full of live keys a new key is
+// not tracked (its attempts still count against their remote address).
+// Safe for concurrent use.
 type MemoryFailureLimiter struct {
 	clock     bus.Clock
 	perClient int
@@ -106,11 +110,14 @@ func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr st
 	addr, key := edge.AddrKey(remoteAddr), LimiterKey(clientID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	full := len(l.clients) >= maxLimiterKeys || len(l.addrs) >= maxLimiterKeys
 	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
-		len(l.clients) >= maxLimiterKeys || len(l.addrs) >= maxLimiterKeys {
+		(full && now.Sub(l.lastSweep) >= fullSweepEvery) {
 		// Sweep keys without a live failure about once a window
-		// (amortised O(1) a call), and before refusing to track a new key
-		// in a full table.
+		// (amortised O(1) a call), and, at most every fullSweepEvery,
+		// before refusing to track a new key in a full table: not on
+		// every failure, which would scan both tables each time while
+		// they stay full.
 		l.sweepLocked(now)
 	}
 	count(l.clients, key, l.perClient, now)
@@ -118,16 +125,34 @@ func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr st
 	return nil
 }
 
+// fullSweepEvery is how often a full table is swept at most.
+const fullSweepEvery = time.Second
+
+// sweepLocked drops from every key the failures no longer in the window
+// (or dated after now), and the keys left without one.
 func (l *MemoryFailureLimiter) sweepLocked(now time.Time) {
+	at := now.UnixNano()
 	for _, m := range []map[string]failureLog{l.clients, l.addrs} {
 		for k, f := range m {
-			// Its latest failure is the last to leave the window.
-			if len(f) == 0 || !liveAt(f[len(f)-1], now.UnixNano()) {
+			if f = f.live(at); len(f) == 0 {
 				delete(m, k)
+			} else {
+				m[k] = f
 			}
 		}
 	}
 	l.lastSweep = now
+}
+
+// live keeps, in place, the failures in the window at now.
+func (f failureLog) live(now int64) failureLog {
+	out := f[:0]
+	for _, t := range f {
+		if liveAt(t, now) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // liveAt reports whether a failure at unix nanoseconds at is still in the
@@ -143,18 +168,20 @@ func count(m map[string]failureLog, key string, limit int, now time.Time) {
 	if !ok && len(m) >= maxLimiterKeys {
 		return // full of live keys: do not grow (see the type's comment)
 	}
+	if limit <= 0 {
+		return
+	}
 	at := now.UnixNano()
-	live := f[:0]
-	for _, t := range f {
-		if liveAt(t, at) {
-			live = append(live, t)
-		}
+	live := f.live(at) // oldest first, all at or before now
+	if len(live) >= limit {
+		live = live[:copy(live, live[len(live)-limit+1:])] // the latest limit-1
 	}
-	live = append(live, at)
-	if len(live) > limit {
-		live = append(live[:0], live[len(live)-limit:]...)
+	if len(live) == cap(live) {
+		grown := make(failureLog, len(live), min(limit, max(4, 2*cap(live))))
+		copy(grown, live)
+		live = grown
 	}
-	m[key] = live
+	m[key] = append(live, at)
 }
 
 // BlockedBy is how long attempts of a key whose failures were at times

@@ -17,17 +17,21 @@ import (
 // dropped), attempts are blocked (auth.BlockedBy) while the minute before
 // holds auth.FailuresPerClient (or auth.FailuresPerRemoteAddr) failures,
 // until the oldest of them is a minute old, whichever node they reach. Each
-// failure is a row of auth_failure_log; those a minute old are deleted
-// about once a minute. The table needs no bound on its keys (the
-// in-process limiter's 65,536): rows live at most a minute and cost disk,
-// not the node's memory. Safe for concurrent use.
+// failure is a row of auth_failure_log; a sweep that a failure starts
+// about once a minute deletes those a minute old, so rows live about two
+// minutes at most while failures come. A failure dated after now (the
+// clock went back) does not count, and goes at its key's next failure or
+// the next sweep. The table needs no bound on its keys (the in-process
+// limiter's 65,536): its rows cost disk, not the node's memory. Safe for
+// concurrent use.
 type FailureLimiter struct {
 	s     *Store
 	clock bus.Clock
-	// dbClock: windows open, end and are swept at the database's clock;
-	// clock then only paces the sweeps (see TokenFailureLimiter).
+	// dbClock: failures are dated, judged and swept at the database's
+	// clock; clock then only paces the sweeps (see TokenFailureLimiter).
 	dbClock bool
-	// nextSweep is the unix nanoseconds of the next deletion of ended windows.
+	// nextSweep is the unix nanoseconds of the next deletion of failures a
+	// minute old.
 	nextSweep atomic.Int64
 }
 
@@ -56,14 +60,18 @@ const (
 		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t
 		CROSS JOIN (VALUES ('c', $1::text, $4::int), ('a', $2::text, $5::int)) AS v(kind, key, lim)
 		CROSS JOIN LATERAL (SELECT failed_at FROM auth_failure_log l
-			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at <= t.ns AND t.ns - l.failed_at < $6
+			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at <= t.ns AND l.failed_at > t.ns - $6
 			ORDER BY l.failed_at DESC LIMIT v.lim) f`
 	// failureCount records one failure of the client id and one of the
-	// address: plain inserts, which wait on no lock.
-	failureCount = `INSERT INTO auth_failure_log (kind, key, failed_at)
-		SELECT v.kind, v.key, t.ns
-		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t,
-		     (VALUES ('c', $1::text), ('a', $2::text)) AS v(kind, key)`
+	// address, plain inserts, and deletes the two keys' failures dated
+	// after now (the clock went back), as auth's count drops them.
+	failureCount = `WITH t AS (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns),
+		v (kind, key) AS (VALUES ('c', $1::text), ('a', $2::text)),
+		ahead AS (
+			DELETE FROM auth_failure_log l USING v, t
+			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at > t.ns
+		)
+		INSERT INTO auth_failure_log (kind, key, failed_at) SELECT v.kind, v.key, t.ns FROM v, t`
 	// failureSweep deletes the failures that left the window (or lie in
 	// the future: the clock went back, as auth's count drops them).
 	failureSweep = `WITH t AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ns)

@@ -402,6 +402,57 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 	if w, _ := mem.Blocked(ctx, "d", "198.51.100.4"); w != time.Minute {
 		t.Fatalf("blocked %v across a window's end, want 1m (59.3s, rounded up)", w)
 	}
+	want := func(step, key string, d time.Duration) {
+		t.Helper()
+		check(step, key, "198.51.100.4")
+		if w, _ := mem.Blocked(ctx, key, "198.51.100.4"); w != d {
+			t.Fatalf("%s: blocked %v, want %v", step, w, d)
+		}
+	}
+	failKey := func(key string, n int) {
+		t.Helper()
+		for i := range n {
+			_ = mem.Failed(ctx, key, "198.51.100.5:1")
+			if err := nodes[i%2].Failed(ctx, key, "198.51.100.5:1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// More failures in the minute than the limit, a second apart: the
+	// latest 20 decide, so the wait ends when the 6th is a minute old.
+	start := t0.Add(2 * time.Hour)
+	clock.Set(start)
+	for range 25 {
+		failKey("e", 1)
+		clock.Advance(time.Second)
+	}
+	want("25 failures a second apart", "e", 40*time.Second)
+
+	// The clock goes back a second and the key fails: the 20 failures
+	// now in the future go, and do not count once the clock is past them.
+	start = start.Add(time.Hour)
+	clock.Set(start)
+	failKey("g", 20)
+	clock.Set(start.Add(-time.Second))
+	failKey("g", 1)
+	clock.Set(start.Add(time.Second))
+	want("failures dated in the future dropped", "g", 0)
+
+	// A sweep while the clock is back keeps a key's failures still in the
+	// window: another key fails at 0s (a sweep), this one 19 times at 10s
+	// and once at 65s (a sweep), then the clock goes back to 64s (a sweep)
+	// and it fails again: 20 in the minute, until the 19 are a minute old.
+	start = start.Add(time.Hour)
+	clock.Set(start)
+	failKey("h0", 1)
+	clock.Set(start.Add(10 * time.Second))
+	failKey("h", 19)
+	clock.Set(start.Add(65 * time.Second))
+	failKey("h", 1)
+	clock.Set(start.Add(64 * time.Second))
+	failKey("h", 1)
+	want("a sweep with the clock back", "h", 6*time.Second)
 }
 
 // TestLimitTakeMatchesGo runs sombus_limit_take (the arithmetic of

@@ -4,11 +4,12 @@
 -- the fixed window of auth_failures (opened at a key's first failure) let
 -- twice the limit through within a second across the window's end.
 --
--- Rows are only inserted and, once a minute old, deleted by the nodes'
--- sweeps: the table holds the failures of the last minute, at most about a
--- limit's number a key (an attempt past the limit is refused before it can
--- fail). auth_failures stays for nodes of earlier versions during a rolling
--- upgrade; this version neither reads nor writes it.
+-- Rows are only inserted and deleted: once a minute old, by the sweep a
+-- failure starts about once a minute, so the table holds about the last two
+-- minutes' failures while they come (an attempt past a limit is refused
+-- before it can fail). auth_failures stays for nodes of earlier versions
+-- during a rolling upgrade (the two versions then count failures apart);
+-- this version neither reads nor writes it.
 CREATE TABLE auth_failure_log (
     -- 'c': a client id (or the portal's key of an email); 'a': a remote
     -- address.
