@@ -348,11 +348,12 @@ func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
 	}
 	// The first fsync hangs (behind it the publish of m1), the second (the
 	// claim's) cannot open the WAL, the others work.
-	hung := make(chan struct{})
+	hung, hanging := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	s.setSyncFile(func(path string) error {
 		switch calls.Add(1) {
 		case 1:
+			close(hanging)
 			<-hung
 		case 2:
 			return &os.PathError{Op: "open", Path: path, Err: syscall.EMFILE}
@@ -366,7 +367,7 @@ func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
 			Messages: []bus.PublishMessage{msg("m1", "s-m1")}, Now: t0, DedupWindow: bus.DedupWindow})
 		published <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-hanging
 	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
 	defer cancel()
 	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
@@ -379,6 +380,9 @@ func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
 	var got []bus.Delivery
 	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
 		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+		if bus.IsUnavailable(err) {
+			continue // in the batch whose WAL would not open
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,9 +493,11 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 	}
 }
 
-// TestGiveBackLandsWhenTheStoreCloses: the store closed while a timed-out
-// receive's claim waits for a hung fsync still gives the messages back
-// before it stops: reopened, they are ready, never delivered.
+// TestGiveBackLandsWhenTheStoreCloses: a receive under way when Close
+// begins, whose deadline passes while its claim waits for a hung fsync,
+// still gives its messages back before the store stops (reopened, they are
+// ready, never delivered); a write that comes after Close began is refused
+// at once, not run.
 func TestGiveBackLandsWhenTheStoreCloses(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "close.db")
@@ -501,21 +507,48 @@ func TestGiveBackLandsWhenTheStoreCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws, prod, q := setupQueue(t, s, 1)
+	publish := func(ctx context.Context, id string) error {
+		_, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow})
+		return err
+	}
 	for _, id := range []string{"m0", "m1"} {
-		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+		if err := publish(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	release := hangBehindPublish(t, s, ws, prod)
-	rctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, bus.ErrTimedOut)
-	defer cancel()
-	if _, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
-		t.Fatalf("receive past its deadline: %v, want unavailable", err)
-	}
+	received := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeoutCause(ctx, 400*time.Millisecond, bus.ErrTimedOut)
+		defer cancel()
+		_, err := s.MessageReceive(rctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0})
+		received <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the receive waits in the open transaction
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	time.Sleep(50 * time.Millisecond) // Close waits for the fsync
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.w.busyMu.Lock()
+		closing := s.w.closing
+		s.w.busyMu.Unlock()
+		if closing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close did not begin")
+		}
+	}
+	// (Were it taken, it would wait behind the hung fsync to its deadline.)
+	pctx, cancel := context.WithTimeoutCause(ctx, 2*time.Second, bus.ErrTimedOut)
+	defer cancel()
+	start := time.Now()
+	if err := publish(pctx, "late"); !bus.IsUnavailable(err) || time.Since(start) > time.Second {
+		t.Fatalf("a publish after Close began: %v after %v, want unavailable at once", err, time.Since(start))
+	}
+	if err := <-received; !bus.IsUnavailable(err) {
+		t.Fatalf("receive past its deadline: %v, want unavailable", err)
+	}
 	release()
 	if err := <-closed; err != nil {
 		t.Fatal(err)

@@ -381,9 +381,12 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 		for i, d := range out.Deliveries {
 			hs[i] = d.Handle
 		}
-		if _, err := s.MessageNack(context.Background(), &bus.SettleParams{QueueID: p.QueueID, Handles: hs, Now: p.Now, GiveBack: true}); err != nil {
-			s.log.Error("sqlite: give back the messages of a receive answered with an error", slog.String("queue_id", p.QueueID), slog.Any("err", err))
-			return
+		_, err = s.MessageNack(lateContext(), &bus.SettleParams{QueueID: p.QueueID, Handles: hs, Now: p.Now, GiveBack: true})
+		if err != nil {
+			// Not given back, or (its own fsync failed) maybe given back:
+			// the claim ends with its visibility at the latest.
+			s.log.Error("sqlite: the give-back of a receive answered with an error failed; its messages may stay in flight until their visibility ends",
+				slog.String("queue_id", p.QueueID), slog.Any("err", err))
 		}
 		if wake := s.wake.Load(); wake != nil {
 			(*wake)(p.QueueID) // the long polls waiting on the queue look again

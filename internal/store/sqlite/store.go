@@ -290,8 +290,9 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 // Path returns the database file's path as given to Open.
 func (s *Store) Path() string { return s.path }
 
-// Close stops the writer once the operations already submitted have
-// finished (later ones get an error wrapping bus.ErrUnavailable), then
+// Close stops the writer once the writes under way have finished, with
+// what they leave to do (a timed-out receive's give-back); writes that
+// come after Close began get an error wrapping bus.ErrUnavailable. Then it
 // closes every connection. Calls after the first return the first's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {

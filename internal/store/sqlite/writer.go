@@ -59,9 +59,9 @@ type op struct {
 	err      error
 	panicked any // a panic of run, raised again in the caller
 	attempts int
-	// unsynced: run committed, but the fsync that was to make it durable
-	// failed, and the caller is answered with that error (set before the
-	// answer is sent).
+	// unsynced: run committed, but the caller is answered with the error
+	// of the fsync that was to make it durable (or of the failed state)
+	// instead of run's own outcome (set before the answer is sent).
 	unsynced bool
 }
 
@@ -122,12 +122,14 @@ type writer struct {
 	// WAL; from then on every write is refused with it (see fail).
 	failed atomic.Pointer[error]
 
-	// lateN counts the goroutines doOr started to deal with the outcome of
-	// a write whose caller it had answered (see goLate); stop waits until
-	// it is zero (lateIdle, under lateMu).
-	lateMu   sync.Mutex
-	lateN    int
-	lateIdle *sync.Cond
+	// busy counts the calls of doOr under way and the goroutines of
+	// goLate; once closing is set (by stop), doOr refuses every caller but
+	// those goroutines' (lateContext), and stop waits until busy is zero
+	// (idle) before the writer takes no more operations. All under busyMu.
+	busyMu  sync.Mutex
+	busy    int
+	closing bool
+	idle    *sync.Cond
 }
 
 // committed is a committed batch whose callers wait for the WAL's fsync.
@@ -152,7 +154,7 @@ func newWriter(conn *sql.Conn, raw *rawConn, walPath string, wal walPolicy, sync
 		syncIdle:    make(chan struct{}, 1),
 		syncerDone:  make(chan struct{}),
 	}
-	w.lateIdle = sync.NewCond(&w.lateMu)
+	w.idle = sync.NewCond(&w.busyMu)
 	w.heads.snaps.load = w.loadQueue
 	w.maybeGrowCache()
 	// Ack records left in ack_log count toward the next move, so that
@@ -182,6 +184,10 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if !w.enter(ctx) {
+		return errClosed
+	}
+	defer w.leave()
 	if err := w.failure(); err != nil {
 		return err
 	}
@@ -240,22 +246,48 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	return err
 }
 
+// lateKey marks the context of a write made by a goroutine of goLate.
+type lateKey struct{}
+
+// lateContext is the context for the writes of a goroutine of goLate:
+// they are taken while the store closes, as stop waits for them.
+func lateContext() context.Context {
+	return context.WithValue(context.Background(), lateKey{}, true)
+}
+
+// enter counts a call of doOr, unless the store is closing and ctx is not
+// a lateContext.
+func (w *writer) enter(ctx context.Context) bool {
+	w.busyMu.Lock()
+	defer w.busyMu.Unlock()
+	if w.closing && ctx.Value(lateKey{}) == nil {
+		return false
+	}
+	w.busy++
+	return true
+}
+
+// leave ends what enter or goLate counted.
+func (w *writer) leave() {
+	w.busyMu.Lock()
+	if w.busy--; w.busy == 0 {
+		w.idle.Broadcast()
+	}
+	w.busyMu.Unlock()
+}
+
 // goLate runs fn, which deals with the outcome of a write whose caller was
-// answered before it, on a goroutine of its own. stop waits for it before
-// the writer stops taking operations: what fn undoes (a receive's give-back
-// is a write) is not dropped when the store closes meanwhile.
+// answered before it, on a goroutine of its own; its writes take
+// lateContext. It is counted before the doOr that starts it returns, and
+// stop waits for it before the writer stops taking operations: what fn
+// undoes (a receive's give-back is a write) is not dropped when the store
+// closes meanwhile.
 func (w *writer) goLate(fn func()) {
-	w.lateMu.Lock()
-	w.lateN++
-	w.lateMu.Unlock()
+	w.busyMu.Lock()
+	w.busy++
+	w.busyMu.Unlock()
 	go func() {
-		defer func() {
-			w.lateMu.Lock()
-			if w.lateN--; w.lateN == 0 {
-				w.lateIdle.Broadcast()
-			}
-			w.lateMu.Unlock()
-		}()
+		defer w.leave()
 		fn()
 	}()
 }
@@ -532,7 +564,8 @@ func (w *writer) syncer() {
 // syncWAL fsyncs the WAL file; a failed fsync puts the writer in its
 // failed state (see fail), and so does a WAL that is gone. A WAL that
 // could not be opened for the fsync for want of a descriptor or memory
-// (too many open files) was never synced, so the kernel dropped nothing: the batches it was to cover are answered unavailable (their
+// (too many open files) was never synced, so the kernel dropped nothing:
+// the batches it was to cover are answered unavailable (their
 // callers try again: publishes and acks are idempotent; a receive gives
 // back what it claimed, see doOr), and the next fsync, which covers them
 // too, may well succeed.
@@ -704,15 +737,18 @@ func (w *writer) checkpoint(mode string) {
 	}
 }
 
-// stop ends the writer after the operations already submitted, and after
-// the goroutines of goLate (which may submit more).
+// stop ends the writer: from now on doOr refuses new callers (but the
+// writes of goLate's goroutines); once the calls under way have their
+// answers and those goroutines are done, the writer runs what is left and
+// stops.
 func (w *writer) stop() {
 	w.once.Do(func() {
-		w.lateMu.Lock()
-		for w.lateN > 0 {
-			w.lateIdle.Wait()
+		w.busyMu.Lock()
+		w.closing = true
+		for w.busy > 0 {
+			w.idle.Wait()
 		}
-		w.lateMu.Unlock()
+		w.busyMu.Unlock()
 		close(w.quit)
 	})
 	<-w.stopped
