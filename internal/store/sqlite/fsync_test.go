@@ -294,13 +294,7 @@ func TestWALOpenFailureReceiveGivesBack(t *testing.T) {
 	t.Parallel()
 	s := openTemp(t)
 	ws, prod, q := setupQueue(t, s, 1)
-	ctx := context.Background()
-	for _, id := range []string{"m0", "m1"} {
-		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishEach(t, s, ws, prod, "m0", "m1")
 	var once sync.Once
 	s.setSyncFile(func(path string) error {
 		failed := false
@@ -311,27 +305,10 @@ func TestWALOpenFailureReceiveGivesBack(t *testing.T) {
 		return fsyncFile(path)
 	})
 	defer s.setSyncFile(nil)
-	if _, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
+	if _, err := s.MessageReceive(context.Background(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0}); !bus.IsUnavailable(err) {
 		t.Fatalf("receive whose WAL would not open: %v, want unavailable", err)
 	}
-	// The give-back runs beside: wait for the messages to be ready again.
-	var got []bus.Delivery
-	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
-		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r.Deliveries...)
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(got) != 2 {
-		t.Fatalf("received %d messages after the refused receive, want both (given back)", len(got))
-	}
-	for _, d := range got {
-		if d.ReceiveCount != 1 {
-			t.Fatalf("%s delivered with receive count %d, want 1 (the refused claim undone)", d.MessageID, d.ReceiveCount)
-		}
-	}
+	receiveGivenBack(t, s, q, 2)
 }
 
 // TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure: a receive
@@ -342,10 +319,7 @@ func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
 	s := openTemp(t)
 	ws, prod, q := setupQueue(t, s, 1)
 	ctx := context.Background()
-	if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-		Messages: []bus.PublishMessage{msg("m0", "s-m0")}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
-		t.Fatal(err)
-	}
+	publishEach(t, s, ws, prod, "m0")
 	// The first fsync hangs (behind it the publish of m1), the second (the
 	// claim's) cannot open the WAL, the others work.
 	hung, hanging := make(chan struct{}), make(chan struct{})
@@ -377,25 +351,9 @@ func TestHungFsyncTimedOutReceiveGivesBackAfterWALOpenFailure(t *testing.T) {
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}
-	var got []bus.Delivery
-	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
-		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
-		if bus.IsUnavailable(err) {
-			continue // in the batch whose WAL would not open
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r.Deliveries...)
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(got) != 2 || calls.Load() < 3 {
-		t.Fatalf("received %d messages after %d fsyncs, want both (given back) after at least 3", len(got), calls.Load())
-	}
-	for _, d := range got {
-		if d.ReceiveCount != 1 {
-			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
-		}
+	receiveGivenBack(t, s, q, 2)
+	if n := calls.Load(); n < 3 {
+		t.Fatalf("%d fsyncs, want at least 3 (the claim's refused, the give-back's)", n)
 	}
 }
 
@@ -448,12 +406,7 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 	s := openTemp(t)
 	ws, prod, q := setupQueue(t, s, 1)
 	ctx := context.Background()
-	for _, id := range []string{"m0", "m1"} {
-		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishEach(t, s, ws, prod, "m0", "m1")
 	woken := make(chan string, 10)
 	lctx, stopListen := context.WithCancel(ctx)
 	defer stopListen()
@@ -465,19 +418,7 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 		t.Fatalf("receive past its deadline: %v, want unavailable", err)
 	}
 	release()
-	// The give-back runs beside: wait for the messages to be ready again.
-	var got []bus.Delivery
-	for deadline := time.Now().Add(5 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
-		r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r.Deliveries...)
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(got) != 3 {
-		t.Fatalf("received %d messages after the timed-out receive, want all 3 (given back)", len(got))
-	}
+	receiveGivenBack(t, s, q, 3)
 	select {
 	case id := <-woken:
 		if id != q {
@@ -485,11 +426,6 @@ func TestHungFsyncTimedOutReceiveGivesBack(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the give-back woke no long poll of the queue")
-	}
-	for _, d := range got {
-		if d.ReceiveCount != 1 {
-			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
-		}
 	}
 }
 
@@ -512,11 +448,7 @@ func TestGiveBackLandsWhenTheStoreCloses(t *testing.T) {
 			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow})
 		return err
 	}
-	for _, id := range []string{"m0", "m1"} {
-		if err := publish(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishEach(t, s, ws, prod, "m0", "m1")
 	release := hangBehindPublish(t, s, ws, prod)
 	received := make(chan error, 1)
 	go func() {
@@ -558,18 +490,7 @@ func TestGiveBackLandsWhenTheStoreCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	r, err := s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Deliveries) != 3 {
-		t.Fatalf("received %d messages after the reopen, want all 3 (given back before the close)", len(r.Deliveries))
-	}
-	for _, d := range r.Deliveries {
-		if d.ReceiveCount != 1 {
-			t.Fatalf("%s delivered with receive count %d, want 1 (the lost claim undone)", d.MessageID, d.ReceiveCount)
-		}
-	}
+	receiveGivenBack(t, s, q, 3) // given back before the close
 }
 
 // TestTimedOutCallerPanicIsLogged: a write whose caller was answered at its
@@ -608,12 +529,7 @@ func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
 	s := openTemp(t)
 	ws, prod, q := setupQueue(t, s, 5)
 	ctx := context.Background()
-	for _, id := range []string{"m0", "m1"} {
-		if _, err := s.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
-			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishEach(t, s, ws, prod, "m0", "m1")
 	release := hangBehindPublish(t, s, ws, prod)
 	recv := func(ctx context.Context) (*bus.ReceiveResult, error) {
 		return s.MessageReceive(ctx, &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0,
@@ -640,6 +556,44 @@ func TestHungFsyncTimedOutReceiveWithAttemptKeepsItsClaim(t *testing.T) {
 	for i, x := range res {
 		if !x.OK {
 			t.Fatalf("ack of replayed delivery %d refused (%s): the claim was given back under the receiver", i, x.Code)
+		}
+	}
+}
+
+// publishEach publishes one message for each id, on story "s-"+id.
+func publishEach(t *testing.T, s *Store, ws, prod string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := s.MessagePublish(context.Background(), &bus.PublishParams{WorkspaceID: ws, ProducerID: prod,
+			Messages: []bus.PublishMessage{msg(id, "s-"+id)}, Now: t0, DedupWindow: bus.DedupWindow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// receiveGivenBack receives from q until it has want messages or 5 s have
+// passed (a give-back runs beside its refused receive), and checks that it
+// got want messages, each delivered for the first time (the claim that
+// was given back undone). A receive answered unavailable is tried again.
+func receiveGivenBack(t *testing.T, s *Store, q string, want int) {
+	t.Helper()
+	var got []bus.Delivery
+	for deadline := time.Now().Add(5 * time.Second); len(got) < want && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		r, err := s.MessageReceive(context.Background(), &bus.ReceiveParams{QueueID: q, Max: 10, Visibility: time.Hour, Now: t0.Add(time.Second)})
+		if bus.IsUnavailable(err) {
+			continue // e.g. in a batch whose WAL would not open
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Deliveries...)
+	}
+	if len(got) != want {
+		t.Fatalf("received %d messages after the refused receive, want %d (given back)", len(got), want)
+	}
+	for _, d := range got {
+		if d.ReceiveCount != 1 {
+			t.Fatalf("%s delivered with receive count %d, want 1 (the refused claim undone)", d.MessageID, d.ReceiveCount)
 		}
 	}
 }
