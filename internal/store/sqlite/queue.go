@@ -367,10 +367,10 @@ func (s *Store) MessageReceive(ctx context.Context, p *bus.ReceiveParams) (*bus.
 		out, err = receive(d, p)
 		return err
 	}, func(err error) {
-		// The caller was answered 503 before its claim committed, or
-		// with the error of the claim's fsync: give the messages back,
-		// their claim undone, as for any answer that did not reach its
-		// receiver. Not with an attempt id: its retry replays the
+		// The caller was answered before its claim was durable (503 at
+		// its deadline, or the error of the claim's fsync): give the
+		// messages back, their claim undone, as for any answer that did
+		// not reach its receiver. Not with an attempt id: its retry replays the
 		// same deliveries, which the give-back would then undo under the
 		// receiver (the pull API's own recovery of a lost answer); nor a
 		// replay's, which stay in flight.

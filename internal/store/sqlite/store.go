@@ -291,9 +291,13 @@ func openUpTo(ctx context.Context, spec string, logger *slog.Logger, wal walPoli
 func (s *Store) Path() string { return s.path }
 
 // Close stops the writer once the writes under way have finished, with
-// what they leave to do (a timed-out receive's give-back); writes that
-// come after Close began get an error wrapping bus.ErrUnavailable. Then it
-// closes every connection. Calls after the first return the first's result.
+// what they leave to do: the give-back of a receive answered before its
+// claim was durable (past its deadline, or with its fsync's error), which
+// is the one write taken while Close waits, and which wakes the queue's
+// long polls through the function Listen was given. Other writes that come
+// after Close began, reads and Ping get an error wrapping
+// bus.ErrUnavailable. Then it closes every connection. Calls after the
+// first return the first's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
@@ -359,7 +363,8 @@ func (s *Store) read(ctx context.Context, fn func(d *dbq) error) error {
 
 // Listen returns nil when ctx ends: a single node wakes its own waiters,
 // but for the messages the store gives back by itself (see wake), which
-// it tells fn of meanwhile.
+// it tells fn of meanwhile. fn must not block: Close waits for the
+// give-backs that call it.
 func (s *Store) Listen(ctx context.Context, fn func(queueID string)) error {
 	s.wake.Store(&fn)
 	<-ctx.Done()

@@ -193,7 +193,7 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	}
 	o := &op{ctx: ctx, run: fn, done: make(chan error, 1)}
 	select {
-	case <-w.quit:
+	case <-w.quit: // a safeguard: stop waits for this call before closing quit
 		return errClosed
 	case <-ctx.Done():
 		return ctx.Err()
@@ -228,10 +228,12 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 		}
 		err = <-o.done // already running: its outcome is the answer
 	case <-w.stopped:
+		// A safeguard, as for quit above: the writer does not stop while
+		// this call is counted.
 		select {
-		case err = <-o.done: // answered just before the writer stopped
+		case err = <-o.done:
 		default:
-			return errClosed // queued after the final drain: never run
+			return errClosed
 		}
 	}
 	if o.panicked != nil {
@@ -305,8 +307,9 @@ func (w *writer) loop() {
 			w.maybeCheckpoint()
 			w.maybeGrowCache()
 		case <-w.quit:
-			// Finish what was submitted before Close; later submitters see
-			// quit or stopped and get errClosed.
+			// stop closes quit once every call of doOr has its answer (and
+			// later ones are refused by enter): what is left in ops is
+			// operations their callers cancelled. Run what remains.
 			for {
 				select {
 				case o := <-w.ops:
