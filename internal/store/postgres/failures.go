@@ -16,12 +16,12 @@ import (
 // and per remote address (edge.AddrKey: IPv4 address, IPv6 /64, port
 // dropped), attempts are blocked (auth.BlockedBy) while the minute before
 // holds auth.FailuresPerClient (or auth.FailuresPerRemoteAddr) failures,
-// until the oldest of them is a minute old, whichever node they reach. Each
-// failure is a row of auth_failure_log; a sweep that a failure starts
-// about once a minute deletes those a minute old, so rows live about two
-// minutes at most while failures come. A failure dated after now (the
-// clock went back) does not count, and goes at its key's next failure or
-// the next sweep. The table needs no bound on its keys (the in-process
+// until the oldest of the latest of them is a minute old, whichever node
+// they reach. Each failure is a row of auth_failure_log; a sweep that a
+// failure starts about once a minute deletes those a minute old, so rows
+// live about two minutes at most while failures come. A failure dated
+// after now (the clock went back) does not count, and goes at its key's
+// next failure. The table needs no bound on its keys (the in-process
 // limiter's 65,536): its rows cost disk, not the node's memory. Safe for
 // concurrent use.
 type FailureLimiter struct {
@@ -72,10 +72,11 @@ const (
 			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at > t.ns
 		)
 		INSERT INTO auth_failure_log (kind, key, failed_at) SELECT v.kind, v.key, t.ns FROM v, t`
-	// failureSweep deletes the failures that left the window (or lie in
-	// the future: the clock went back, as auth's count drops them).
-	failureSweep = `WITH t AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ns)
-		DELETE FROM auth_failure_log WHERE failed_at > (SELECT ns FROM t) OR (SELECT ns FROM t) - failed_at >= $2`
+	// failureSweep deletes the failures a minute old. It leaves those
+	// dated after now (the clock went back), which only failureCount
+	// deletes, key by key in the index's order: the two never lock the
+	// same rows, so neither waits on the other, nor in a cycle.
+	failureSweep = `DELETE FROM auth_failure_log WHERE failed_at <= COALESCE($1::bigint, ` + dbNow + `) - $2`
 )
 
 // nowArg is the time a statement decides at: the clock's, or nil (the
@@ -122,17 +123,17 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg()); err != nil {
+	at := l.nowArg()
+	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), at); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
-	due := l.nextSweep.Load()
-	if now.UnixNano() >= due && l.nextSweep.CompareAndSwap(due, now.Add(auth.FailureWindow).UnixNano()) {
+	if sweepDue(&l.nextSweep, now, auth.FailureWindow) {
 		// Beside the refusal, not in it: a burst of failures (many
 		// clients, many addresses) is many rows to delete.
 		l.s.goBackground(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limitsSweepTimeout)
 			defer cancel()
-			if _, err := l.Sweep(ctx); err != nil {
+			if _, err := l.sweep(ctx, at); err != nil {
 				l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
 			}
 		})
@@ -144,7 +145,12 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 // deleted. Failed runs it by itself about once a window, beside the call
 // that finds it due.
 func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
-	tag, err := l.s.pool.Exec(ctx, failureSweep, l.nowArg(), int64(auth.FailureWindow))
+	return l.sweep(ctx, l.nowArg())
+}
+
+// sweep is Sweep at at (nil: the database's clock).
+func (l *FailureLimiter) sweep(ctx context.Context, at *int64) (int, error) {
+	tag, err := l.s.pool.Exec(ctx, failureSweep, at, int64(auth.FailureWindow))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -350,6 +351,23 @@ func (l *Limiter) Sweep(ctx context.Context, now time.Time) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
+// sweepDue reports whether a sweep paced every every, next due at the unix
+// nanoseconds in next, is due at now, and if so moves next on (of callers
+// at once, one is told). It is also due when next lies more than every
+// ahead of now: the clock went back, and would otherwise hold the sweeps
+// off until it was back where it had been. A next of sweepNever is never
+// due (tests that sweep by themselves).
+func sweepDue(next *atomic.Int64, now time.Time, every time.Duration) bool {
+	due := next.Load()
+	if n := now.UnixNano(); due == sweepNever || (n < due && due-n <= int64(every)) {
+		return false
+	}
+	return next.CompareAndSwap(due, now.Add(every).UnixNano())
+}
+
+// sweepNever, as the next sweep's time, stops the sweeps.
+const sweepNever = math.MaxInt64
+
 // limitsSweepTimeout bounds one sweep.
 const limitsSweepTimeout = 30 * time.Second
 
@@ -358,8 +376,7 @@ const limitsSweepTimeout = 30 * time.Second
 // for a delete over every idle key). A failed sweep is logged and tried
 // again at the next due time.
 func (l *Limiter) maybeSweep(ctx context.Context, now time.Time) {
-	due := l.nextSweep.Load()
-	if now.UnixNano() < due || !l.nextSweep.CompareAndSwap(due, now.Add(limitsSweepEvery).UnixNano()) {
+	if !sweepDue(&l.nextSweep, now, limitsSweepEvery) {
 		return
 	}
 	l.s.goBackground(func() {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -152,8 +151,8 @@ func TestLimiterSweepDropsIdleStates(t *testing.T) {
 	a, b := twoNodes(t)
 	la, lb := a.Limiter(), b.Limiter()
 	// Only explicit sweeps until the end of the test.
-	la.nextSweep.Store(math.MaxInt64)
-	lb.nextSweep.Store(math.MaxInt64)
+	la.nextSweep.Store(sweepNever)
+	lb.nextSweep.Store(sweepNever)
 	rows := func() int {
 		var n int
 		if err := a.pool.QueryRow(t.Context(), `SELECT count(*) FROM rate_limits`).Scan(&n); err != nil {
@@ -440,9 +439,10 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 	want("failures dated in the future dropped", "g", 0)
 
 	// A sweep while the clock is back keeps a key's failures still in the
-	// window: another key fails at 0s (a sweep), this one 19 times at 10s
-	// and once at 65s (a sweep), then the clock goes back to 64s (a sweep)
-	// and it fails again: 20 in the minute, until the 19 are a minute old.
+	// window: another key fails at 0s, this one 19 times at 10s and once
+	// at 65s, then the clock goes back to 64s (the in-process limiter
+	// sweeps at 0s, 65s and 64s) and it fails again: 20 in the minute,
+	// until the 19 are a minute old.
 	start = start.Add(time.Hour)
 	clock.Set(start)
 	failKey("h0", 1)
@@ -773,6 +773,53 @@ func TestFailureSweepBesideRefusals(t *testing.T) {
 	})
 	if !rowsGone(t, s, `SELECT count(*) FROM auth_failure_log WHERE key = 'conn-1'`) {
 		t.Fatal("the old failure was not swept once its lock was released")
+	}
+}
+
+// TestSweepDueAfterTheClockWentBack: a sweep is due at its time, and also
+// when the clock went back before the last sweep (it would otherwise wait
+// until the clock was back where it had been); the next one is then due an
+// interval after the new time.
+func TestSweepDueAfterTheClockWentBack(t *testing.T) {
+	var next atomic.Int64
+	every := time.Minute
+	if !sweepDue(&next, t0, every) {
+		t.Fatal("the first sweep is not due")
+	}
+	if sweepDue(&next, t0.Add(59*time.Second), every) {
+		t.Fatal("due again before its interval")
+	}
+	if !sweepDue(&next, t0.Add(-time.Second), every) {
+		t.Fatal("not due after the clock went back before the last sweep")
+	}
+	if sweepDue(&next, t0.Add(58*time.Second), every) || !sweepDue(&next, t0.Add(59*time.Second), every) {
+		t.Fatal("the next sweep is not due an interval after the clock went back")
+	}
+	next.Store(sweepNever)
+	if sweepDue(&next, t0, every) {
+		t.Fatal("due with sweeps stopped")
+	}
+}
+
+// TestFailureSweepAfterTheClockWentBack: a node whose clock ran an hour
+// ahead when it last swept the failures sweeps again once its clock is
+// back, instead of an hour later.
+func TestFailureSweepAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	s := OpenTest(t)
+	clock := bus.NewManualClock(t0.Add(-2 * time.Minute))
+	l := s.FailureLimiter(clock)
+	l.nextSweep.Store(t0.Add(time.Hour + time.Minute).UnixNano()) // swept at t0+1h
+	ctx := t.Context()
+	if err := l.Failed(ctx, "old", "10.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(t0)
+	if err := l.Failed(ctx, "new", "10.0.0.2:1"); err != nil {
+		t.Fatal(err)
+	}
+	if !rowsGone(t, s, `SELECT count(*) FROM auth_failure_log WHERE key = 'old'`) {
+		t.Fatal("a failure two minutes old was not swept: the sweeps wait for the clock to be an hour ahead again")
 	}
 }
 

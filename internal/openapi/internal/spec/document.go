@@ -192,7 +192,7 @@ func paths() obj {
 				"413", resp("Decision: a body over 64 KiB is `invalid_request`.", oauthErr("invalid_request"), nil),
 				"429", resp("`slow_down`: after 20 failed authentications within a minute for one client id, or 100 from one remote "+
 					"address, until the minute has passed. Decision 20: the minute slides (the last 60 seconds), and Retry-After is the time until "+
-					"the oldest of those failures is a minute old.", oauthErr("slow_down"), retryOnly),
+					"the oldest of the latest 20 (or 100) failures is a minute old.", oauthErr("slow_down"), retryOnly),
 				"500", resp("`server_error`: any fault of the server other than the store being out of reach (decision 27).",
 					oauthErr("server_error"), nil),
 				"503", resp("Decision 27: `temporarily_unavailable` when the store is out of reach (the client or the failure "+
