@@ -2,6 +2,7 @@ package portal_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -400,6 +401,33 @@ func TestPortalSessionSharedByNodes(t *testing.T) {
 	}
 	if resp := ba.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("node a after signing out on node b: %d, want a redirect to sign in", resp.StatusCode)
+	}
+}
+
+// TestPortalSignInSharesTheAddressLimit: failed token requests and failed
+// sign-ins from one address count toward one limit of 100 a minute, on
+// both stores: after 100 wrong client secrets, the address's sign-in is
+// refused too, even with the right password.
+func TestPortalSignInSharesTheAddressLimit(t *testing.T) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			o := servertest.Options{}
+			if store == "postgres" {
+				o.Store = pgtest.URL(t)
+			}
+			n := servertest.Start(t, o)
+			setPassword(t, n, "", operatorPassword)
+			for i := range 100 {
+				if r := n.TokenResponse(fmt.Sprintf("c-unknown-%d", i), "wrong secret"); r.Status != http.StatusUnauthorized {
+					t.Fatalf("token request %d: %d, want 401", i+1, r.Status)
+				}
+			}
+			b := newBrowser(t, n)
+			resp := b.signIn("operator@localhost", operatorPassword)
+			if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b.last, "Too many failed sign-ins") {
+				t.Fatalf("sign-in after 100 failed token requests from its address: %d, want 429", resp.StatusCode)
+			}
+		})
 	}
 }
 
