@@ -69,12 +69,13 @@ type failureLog []int64
 // attempts are blocked while the minute before holds the limit's number of
 // failures (a sliding window), until the oldest of the latest of them is a
 // minute old. A failure dated after now (the clock went back) does not
-// count, and goes at the key's next failure, as on PostgreSQL. (After the
-// clock went back the two may still differ for a minute: this one keeps a
-// key's latest failures only, PostgreSQL every failure until its sweep.)
+// count, and goes at the key's next failure or the next sweep, as on
+// PostgreSQL. (After the clock went back the two may still differ for a
+// minute: this one keeps a key's latest failures only, PostgreSQL every
+// failure until its sweep, and their sweeps come at different times.)
 // Memory is bounded: a key keeps at most its limit's number of times, 8
 // bytes each (with both tables full, 60 MiB of times, and the keys of up
-// to 256 bytes besides: about 80 MiB at the very worst), keys without a
+// to 256 bytes besides: about 100 MiB at the very worst), keys without a
 // failure in the window are swept, and when a table is full of live keys a
 // new key is not tracked (its attempts still count against their remote
 // address). Safe for concurrent use.
@@ -131,14 +132,13 @@ func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr st
 // fullSweepEvery is how often a full table is swept at most.
 const fullSweepEvery = time.Second
 
-// sweepLocked drops from every key the failures a minute old, and the
-// keys left without one. (Those dated after now go at the key's next
-// failure, as on PostgreSQL.)
+// sweepLocked drops from every key the failures no longer in the window
+// (or dated after now), and the keys left without one.
 func (l *MemoryFailureLimiter) sweepLocked(now time.Time) {
 	at := now.UnixNano()
 	for _, m := range []map[string]failureLog{l.clients, l.addrs} {
 		for k, f := range m {
-			if f = f.unexpired(at); len(f) == 0 {
+			if f = f.live(at); len(f) == 0 {
 				delete(m, k)
 			} else {
 				m[k] = f
@@ -153,18 +153,6 @@ func (f failureLog) live(now int64) failureLog {
 	out := f[:0]
 	for _, t := range f {
 		if liveAt(t, now) {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// unexpired keeps, in place, the failures less than a minute old at now,
-// those dated after it included.
-func (f failureLog) unexpired(now int64) failureLog {
-	out := f[:0]
-	for _, t := range f {
-		if now-t < int64(FailureWindow) {
 			out = append(out, t)
 		}
 	}

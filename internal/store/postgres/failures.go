@@ -21,9 +21,9 @@ import (
 // failure starts about once a minute deletes those a minute old, so rows
 // live about two minutes at most while failures come. A failure dated
 // after now (the clock went back) does not count, and goes at its key's
-// next failure. The table needs no bound on its keys (the in-process
-// limiter's 65,536): its rows cost disk, not the node's memory. Safe for
-// concurrent use.
+// next failure or the next sweep. The table needs no bound on its keys
+// (the in-process limiter's 65,536): its rows cost disk, not the node's
+// memory. Safe for concurrent use.
 type FailureLimiter struct {
 	s     *Store
 	clock bus.Clock
@@ -72,11 +72,15 @@ const (
 			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at > t.ns
 		)
 		INSERT INTO auth_failure_log (kind, key, failed_at) SELECT v.kind, v.key, t.ns FROM v, t`
-	// failureSweep deletes the failures a minute old. It leaves those
-	// dated after now (the clock went back), which only failureCount
-	// deletes, key by key in the index's order: the two never lock the
-	// same rows, so neither waits on the other, nor in a cycle.
-	failureSweep = `DELETE FROM auth_failure_log WHERE failed_at <= COALESCE($1::bigint, ` + dbNow + `) - $2`
+	// failureSweep deletes the failures a minute old, and those dated
+	// after now (the clock went back), as auth's sweep drops them. It skips
+	// rows a count is deleting (a key's future failures): it never waits
+	// on a count, so the two never wait on each other in a cycle.
+	failureSweep = `WITH t AS (SELECT COALESCE($1::bigint, ` + dbNow + `) AS ns)
+		DELETE FROM auth_failure_log WHERE ctid = ANY (ARRAY(
+			SELECT l.ctid FROM auth_failure_log l, t
+			WHERE l.failed_at <= t.ns - $2 OR l.failed_at > t.ns
+			FOR UPDATE OF l SKIP LOCKED))`
 )
 
 // nowArg is the time a statement decides at: the clock's, or nil (the
@@ -123,8 +127,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	at := l.nowArg()
-	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), at); err != nil {
+	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg()); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	if sweepDue(&l.nextSweep, now, auth.FailureWindow) {
@@ -133,7 +136,10 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 		l.s.goBackground(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limitsSweepTimeout)
 			defer cancel()
-			if _, err := l.sweep(ctx, at); err != nil {
+			// At the time it runs (the database's, on a node): a time
+			// read before would find the failures counted since dated
+			// after it, and delete them.
+			if _, err := l.Sweep(ctx); err != nil {
 				l.s.logger.WarnContext(ctx, "postgres: auth failures: sweep failed", "err", err)
 			}
 		})
@@ -145,12 +151,7 @@ func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string
 // deleted. Failed runs it by itself about once a window, beside the call
 // that finds it due.
 func (l *FailureLimiter) Sweep(ctx context.Context) (int, error) {
-	return l.sweep(ctx, l.nowArg())
-}
-
-// sweep is Sweep at at (nil: the database's clock).
-func (l *FailureLimiter) sweep(ctx context.Context, at *int64) (int, error) {
-	tag, err := l.s.pool.Exec(ctx, failureSweep, at, int64(auth.FailureWindow))
+	tag, err := l.s.pool.Exec(ctx, failureSweep, l.nowArg(), int64(auth.FailureWindow))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: sweep: %w", interpretError(err))
 	}

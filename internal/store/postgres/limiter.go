@@ -16,7 +16,7 @@ import (
 )
 
 // limitsSweepEvery is how often (in the `now` given to Allow) a node deletes
-// the idle rows of rate_limits, as limits.Memory sweeps its shards.
+// the idle rows of rate_limits.
 const limitsSweepEvery = time.Minute
 
 // Limiter is a limits.Limiter shared by every node of one database: the
@@ -353,13 +353,15 @@ func (l *Limiter) Sweep(ctx context.Context, now time.Time) (int, error) {
 
 // sweepDue reports whether a sweep paced every every, next due at the unix
 // nanoseconds in next, is due at now, and if so moves next on (of callers
-// at once, one is told). It is also due when next lies more than every
-// ahead of now: the clock went back, and would otherwise hold the sweeps
-// off until it was back where it had been. A next of sweepNever is never
-// due (tests that sweep by themselves).
+// at once, one is told). It is also due when now is more than
+// limits.ClockStepTolerance behind the last sweep: the clock went back,
+// and would otherwise hold the sweeps off until it was back where it had
+// been. (Callers whose now was read a little before the last sweep's, as
+// requests in flight together are, are not a clock that went back.) A next
+// of sweepNever is never due (tests that sweep by themselves).
 func sweepDue(next *atomic.Int64, now time.Time, every time.Duration) bool {
 	due := next.Load()
-	if n := now.UnixNano(); due == sweepNever || (n < due && due-n <= int64(every)) {
+	if n := now.UnixNano(); due == sweepNever || (n < due && due-n <= int64(every+limits.ClockStepTolerance)) {
 		return false
 	}
 	return next.CompareAndSwap(due, now.Add(every).UnixNano())

@@ -752,34 +752,56 @@ func rowsGone(t *testing.T, s *Store, countQuery string) bool {
 }
 
 // TestFailureSweepBesideRefusals: the sweep of failures a minute old that a
-// refusal finds due runs beside it: with such a failure's row locked, the
-// refusal is counted at once, and the row goes once the lock is released.
+// refusal finds due runs beside it, and skips a row another transaction
+// holds (a count deleting its key's future failures) rather than wait for
+// it: with one old failure's row locked, the refusal is counted at once,
+// the sweep deletes the other old failure, and the locked one goes with a
+// later sweep once the lock is released.
 func TestFailureSweepBesideRefusals(t *testing.T) {
 	t.Parallel()
 	s := OpenTest(t)
 	clock := bus.NewManualClock(t0)
 	l := s.FailureLimiter(clock)
 	ctx := t.Context()
-	if err := l.Failed(ctx, "conn-1", "10.0.0.1:4000"); err != nil { // its sweep finds nothing
-		t.Fatal(err)
-	}
-	tx := lockRow(t, s, `SELECT 1 FROM auth_failure_log WHERE key = $1 FOR UPDATE`, "conn-1")
-	// Two minutes later conn-1's failure is out of the window and a sweep is due.
-	clock.Advance(2 * time.Minute)
-	answeredBesideLock(t, tx, "a refusal that found a sweep due", func() {
-		if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
+	for _, key := range []string{"conn-1", "conn-3"} { // the first's sweep finds nothing
+		if err := l.Failed(ctx, key, "10.0.0.1:4000"); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}
+	tx := lockRow(t, s, `SELECT 1 FROM auth_failure_log WHERE key = $1 FOR UPDATE`, "conn-1")
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	// Two minutes later both failures are out of the window and a sweep is due.
+	clock.Advance(2 * time.Minute)
+	start := time.Now()
+	if err := l.Failed(ctx, "conn-2", "10.0.0.2:4000"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("a refusal that found a sweep due took %v", took)
+	}
+	if !rowsGone(t, s, `SELECT count(*) FROM auth_failure_log WHERE key = 'conn-3'`) {
+		t.Fatal("the sweep did not delete the old failure beside the locked one")
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM auth_failure_log WHERE key = 'conn-1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the locked failure: %d rows (%v), want it left for a later sweep", n, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if !rowsGone(t, s, `SELECT count(*) FROM auth_failure_log WHERE key = 'conn-1'`) {
 		t.Fatal("the old failure was not swept once its lock was released")
 	}
 }
 
 // TestSweepDueAfterTheClockWentBack: a sweep is due at its time, and also
-// when the clock went back before the last sweep (it would otherwise wait
-// until the clock was back where it had been); the next one is then due an
-// interval after the new time.
+// when the clock went back before the last sweep by more than
+// limits.ClockStepTolerance (it would otherwise wait until the clock was
+// back where it had been), not for callers just behind it; the next one is
+// then due an interval after the new time.
 func TestSweepDueAfterTheClockWentBack(t *testing.T) {
 	var next atomic.Int64
 	every := time.Minute
@@ -789,10 +811,14 @@ func TestSweepDueAfterTheClockWentBack(t *testing.T) {
 	if sweepDue(&next, t0.Add(59*time.Second), every) {
 		t.Fatal("due again before its interval")
 	}
-	if !sweepDue(&next, t0.Add(-time.Second), every) {
+	if sweepDue(&next, t0.Add(-limits.ClockStepTolerance), every) {
+		t.Fatal("due for a caller whose time was read a little before the last sweep's")
+	}
+	back := t0.Add(-limits.ClockStepTolerance - time.Millisecond)
+	if !sweepDue(&next, back, every) {
 		t.Fatal("not due after the clock went back before the last sweep")
 	}
-	if sweepDue(&next, t0.Add(58*time.Second), every) || !sweepDue(&next, t0.Add(59*time.Second), every) {
+	if sweepDue(&next, back.Add(every-time.Millisecond), every) || !sweepDue(&next, back.Add(every), every) {
 		t.Fatal("the next sweep is not due an interval after the clock went back")
 	}
 	next.Store(sweepNever)
