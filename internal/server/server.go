@@ -153,6 +153,8 @@ type (
 	// every node.
 	FailureLimiterStore interface {
 		TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter
+		// SignInFailureLimiter keeps the portal's failed sign-ins, apart.
+		SignInFailureLimiter(clock bus.Clock) auth.FailureLimiter
 	}
 )
 
@@ -342,13 +344,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		NoMetricsRoute: mln != nil,
 		StoreTimeout:   cfg.StoreTimeout,
 	})
-	// The web portal under /portal/: failed sign-ins are counted by the
-	// token service's limiter (shared by every node where the store shares
-	// limits), under keys of their own for the emails, and with the failed
-	// token requests for the address: an address that guesses at one is
-	// held back at both, on either store.
+	// The web portal under /portal/: failed sign-ins are limited like
+	// failed secrets (shared by every node where the store shares limits),
+	// and counted apart from them, on either store: no client id sent to
+	// the token endpoint counts against a portal user, and a flood of
+	// token requests does not fill the sign-ins' table.
+	var signinFailures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
+	if st, ok := opened.(FailureLimiterStore); ok {
+		signinFailures = st.SignInFailureLimiter(cfg.Clock)
+	}
 	web, err := portal.New(portal.Config{
-		Service: s.svc, Failures: failures, Logger: log,
+		Service: s.svc, Failures: signinFailures, Logger: log,
 		Secure:    cfg.TLSCert != "" || strings.HasPrefix(strings.ToLower(cfg.PublicURL), "https://"),
 		TierNames: tiers.Names(),
 		// The usage the management API's usage route shows, from the same

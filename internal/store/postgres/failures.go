@@ -30,6 +30,9 @@ type FailureLimiter struct {
 	// dbClock: failures are dated, judged and swept at the database's
 	// clock; clock then only paces the sweeps (see TokenFailureLimiter).
 	dbClock bool
+	// kinds: the token service's rows (the zero value too), or the
+	// portal's.
+	kinds failureKinds
 	// nextSweep is the unix nanoseconds of the next deletion of failures a
 	// minute old.
 	nextSweep atomic.Int64
@@ -46,8 +49,18 @@ func (s *Store) FailureLimiter(clock bus.Clock) *FailureLimiter {
 	return &FailureLimiter{s: s, clock: clock}
 }
 
-// kindAddr marks a remote address's failures ('c': a client id's).
-const kindAddr = "a"
+// failureKinds are the kinds of auth_failure_log's rows a limiter counts
+// under: a client's (its id, or the portal's key of an email) and an
+// address's.
+type failureKinds struct{ client, addr string }
+
+// The token service's failures and the portal's sign-in failures are
+// counted apart: neither surface's failures hold back the other, and no
+// client id sent to the token service can name a portal user's key.
+var (
+	tokenKinds  = failureKinds{client: "c", addr: "a"}
+	signInKinds = failureKinds{client: "pc", addr: "pa"}
+)
 
 // Each statement decides at $3 (failureSweep: $1), or at the database's
 // clock (dbNow) when that is NULL; failureRead returns the time it used.
@@ -58,7 +71,7 @@ const (
 	// has one.
 	failureRead = `SELECT v.kind, f.failed_at, t.ns
 		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t
-		CROSS JOIN (VALUES ('c', $1::text, $4::int), ('a', $2::text, $5::int)) AS v(kind, key, lim)
+		CROSS JOIN (VALUES ($7::text, $1::text, $4::int), ($8::text, $2::text, $5::int)) AS v(kind, key, lim)
 		CROSS JOIN LATERAL (SELECT failed_at FROM auth_failure_log l
 			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at <= t.ns AND l.failed_at > t.ns - $6
 			ORDER BY l.failed_at DESC LIMIT v.lim) f`
@@ -66,7 +79,7 @@ const (
 	// address, plain inserts, and deletes the two keys' failures dated
 	// after now (the clock went back), as auth's count drops them.
 	failureCount = `WITH t AS (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns),
-		v (kind, key) AS (VALUES ('c', $1::text), ('a', $2::text)),
+		v (kind, key) AS (VALUES ($4::text, $1::text), ($5::text, $2::text)),
 		ahead AS (
 			DELETE FROM auth_failure_log l USING v, t
 			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at > t.ns
@@ -92,10 +105,18 @@ func (l *FailureLimiter) nowArg() *int64 {
 	return decideAt(false, l.clock.Now())
 }
 
+// kindsOf is the kinds l counts under.
+func (l *FailureLimiter) kindsOf() failureKinds {
+	if l.kinds == (failureKinds{}) {
+		return tokenKinds
+	}
+	return l.kinds
+}
+
 // Blocked implements auth.FailureLimiter.
 func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	rows, err := l.s.pool.Query(ctx, failureRead, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg(),
-		auth.FailuresPerClient, auth.FailuresPerRemoteAddr, int64(auth.FailureWindow))
+		auth.FailuresPerClient, auth.FailuresPerRemoteAddr, int64(auth.FailureWindow), l.kindsOf().client, l.kindsOf().addr)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
@@ -108,7 +129,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 		if err := rows.Scan(&kind, &at, &now); err != nil {
 			return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 		}
-		if kind == kindAddr {
+		if kind == l.kindsOf().addr {
 			addr = append(addr, at)
 		} else {
 			client = append(client, at)
@@ -127,7 +148,8 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 // Failed implements auth.FailureLimiter.
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
-	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg()); err != nil {
+	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg(),
+		l.kindsOf().client, l.kindsOf().addr); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	if sweepDue(&l.nextSweep, now, auth.FailureWindow) {

@@ -29,3 +29,12 @@ func (s *Store) TokenFailureLimiter(clock bus.Clock) auth.FailureLimiter {
 	_, l.dbClock = clock.(bus.SystemClock)
 	return l
 }
+
+// SignInFailureLimiter is TokenFailureLimiter for the portal's sign-ins:
+// their failures are rows of kinds of their own, counted apart from the
+// token service's.
+func (s *Store) SignInFailureLimiter(clock bus.Clock) auth.FailureLimiter {
+	l := s.TokenFailureLimiter(clock).(*FailureLimiter)
+	l.kinds = signInKinds
+	return l
+}

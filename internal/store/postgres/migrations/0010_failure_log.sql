@@ -11,8 +11,9 @@
 -- during a rolling upgrade (the two versions then count failures apart);
 -- this version neither reads nor writes it.
 CREATE TABLE auth_failure_log (
-    -- 'c': a client id (or the portal's key of an email); 'a': a remote
-    -- address.
+    -- 'c' and 'a': a client id's and an address's failures at the token
+    -- service; 'pc' and 'pa': an email's and an address's at the portal's
+    -- sign-in (counted apart).
     kind      text NOT NULL,
     key       text NOT NULL,
     -- When it failed, unix nanoseconds.
