@@ -110,10 +110,14 @@ func (l *MemoryFailureLimiter) Blocked(_ context.Context, clientID, remoteAddr s
 
 // Failed implements FailureLimiter.
 func (l *MemoryFailureLimiter) Failed(_ context.Context, clientID, remoteAddr string) error {
-	now := l.clock.Now()
 	addr, key := edge.AddrKey(remoteAddr), LimiterKey(clientID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Read under the lock: failures are counted and swept in the order of
+	// their times, so a call that read the clock before another but came
+	// after it neither takes the other's failure for one dated after now
+	// (and drops it) nor sweeps again as if the clock had gone back.
+	now := l.clock.Now()
 	full := len(l.clients) >= maxLimiterKeys || len(l.addrs) >= maxLimiterKeys
 	if now.Sub(l.lastSweep) >= FailureWindow || now.Before(l.lastSweep) ||
 		(full && now.Sub(l.lastSweep) >= fullSweepEvery) {
