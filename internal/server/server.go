@@ -319,7 +319,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	// Limits: on PostgreSQL several nodes may share the database, so the
-	// rate limits, daily quotas and failed token requests are rows of it,
+	// rate limits, daily quotas, failed token requests and failed portal
+	// sign-ins are rows of it,
 	// shared by every node; on SQLite (one node) they are kept in process.
 	// Signing keys and the handle MAC key are in the store either way;
 	// credential changes made on another node reach this one's checks when

@@ -65,9 +65,10 @@ var (
 // Each statement decides at $3 (failureSweep: $1), or at the database's
 // clock (dbNow) when that is NULL; failureRead returns the time it used.
 const (
-	// failureRead returns, for the client id ($1) and the address ($2),
-	// the latest failures still in the window, at most the limit's number
-	// of each ($4, $5): all BlockedBy needs. It returns no row when neither
+	// failureRead returns, for the client id ($1, rows of kind $7) and the
+	// address ($2, kind $8), the latest failures still in the window ($6
+	// long), at most the limit's number of each ($4, $5): all BlockedBy
+	// needs. It returns no row when neither
 	// has one.
 	failureRead = `SELECT v.kind, f.failed_at, t.ns
 		FROM (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns) t
@@ -76,8 +77,11 @@ const (
 			WHERE l.kind = v.kind AND l.key = v.key AND l.failed_at <= t.ns AND l.failed_at > t.ns - $6
 			ORDER BY l.failed_at DESC LIMIT v.lim) f`
 	// failureCount records one failure of the client id and one of the
-	// address, plain inserts, and deletes the two keys' failures dated
-	// after now (the clock went back), as auth's count drops them.
+	// address ($1 and $2, rows of kinds $4 and $5), plain inserts, and
+	// deletes the two keys' failures dated after now (the clock went
+	// back), as auth's count drops them; after the clock went back, it
+	// may wait for a sweep that holds those rows (never in a cycle: the
+	// sweep skips the rows others hold).
 	failureCount = `WITH t AS (SELECT COALESCE($3::bigint, ` + dbNow + `) AS ns),
 		v (kind, key) AS (VALUES ($4::text, $1::text), ($5::text, $2::text)),
 		ahead AS (
