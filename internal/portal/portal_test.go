@@ -404,11 +404,9 @@ func TestPortalSessionSharedByNodes(t *testing.T) {
 	}
 }
 
-// TestPortalSignInLimitsApartFromTokens: failed token requests do not
-// count against the portal's sign-ins, on both stores: neither 100 wrong
-// client secrets from an address, nor 20 token requests whose client id
-// is a portal user's key, keep that user from signing in from it.
-func TestPortalSignInLimitsApartFromTokens(t *testing.T) {
+// onBothStores runs fn as a subtest on a node of each store (a fresh
+// SQLite file; a fresh PostgreSQL schema), the operator's password set.
+func onBothStores(t *testing.T, fn func(t *testing.T, n *servertest.Node)) {
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			o := servertest.Options{}
@@ -417,25 +415,35 @@ func TestPortalSignInLimitsApartFromTokens(t *testing.T) {
 			}
 			n := servertest.Start(t, o)
 			setPassword(t, n, "", operatorPassword)
-			for i := range 100 {
-				id := fmt.Sprintf("c-unknown-%d", i)
-				if i < 20 {
-					id = "portal:operator@localhost"
-				}
-				if r := n.TokenResponse(id, "wrong secret"); r.Status != http.StatusUnauthorized {
-					t.Fatalf("token request %d: %d, want 401", i+1, r.Status)
-				}
-			}
-			if r := n.TokenResponse("c-unknown-x", "wrong secret"); r.Status != http.StatusTooManyRequests {
-				t.Fatalf("token request past the address's limit: %d, want 429", r.Status)
-			}
-			b := newBrowser(t, n)
-			if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
-				t.Fatalf("sign-in after 100 failed token requests from its address, 20 of them for its key: %d, want 303\n%.300s",
-					resp.StatusCode, b.last)
-			}
+			fn(t, n)
 		})
 	}
+}
+
+// TestPortalSignInLimitsApartFromTokens: failed token requests do not
+// count against the portal's sign-ins, on both stores: neither 100 wrong
+// client secrets from an address, nor 20 token requests whose client id
+// is a portal user's key, keep that user from signing in from it.
+func TestPortalSignInLimitsApartFromTokens(t *testing.T) {
+	onBothStores(t, func(t *testing.T, n *servertest.Node) {
+		for i := range 100 {
+			id := fmt.Sprintf("c-unknown-%d", i)
+			if i < 20 {
+				id = "portal:operator@localhost"
+			}
+			if r := n.TokenResponse(id, "wrong secret"); r.Status != http.StatusUnauthorized {
+				t.Fatalf("token request %d: %d, want 401", i+1, r.Status)
+			}
+		}
+		if r := n.TokenResponse("c-unknown-x", "wrong secret"); r.Status != http.StatusTooManyRequests {
+			t.Fatalf("token request past the address's limit: %d, want 429", r.Status)
+		}
+		b := newBrowser(t, n)
+		if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-in after 100 failed token requests from its address, 20 of them for its key: %d, want 303\n%.300s",
+				resp.StatusCode, b.last)
+		}
+	})
 }
 
 // TestPortalHostileEmails: an email holding NUL or a byte that is not
@@ -445,42 +453,34 @@ func TestPortalSignInLimitsApartFromTokens(t *testing.T) {
 // password", adding a member by one names the field; the same on both
 // stores.
 func TestPortalHostileEmails(t *testing.T) {
-	for _, store := range []string{"sqlite", "postgres"} {
-		t.Run(store, func(t *testing.T) {
-			o := servertest.Options{}
-			if store == "postgres" {
-				o.Store = pgtest.URL(t)
+	onBothStores(t, func(t *testing.T, n *servertest.Node) {
+		b := newBrowser(t, n)
+		for _, email := range []string{"a@b.c (\x00)", "a@b.c (\xff)", "a\x00@b.c", "\xff@b.c", strings.Repeat("a", 5000) + "@b.c", "operator@localhost (x)"} {
+			if resp := b.signIn(email, operatorPassword); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.last, "Wrong email or password.") {
+				t.Fatalf("sign in as %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
 			}
-			n := servertest.Start(t, o)
-			setPassword(t, n, "", operatorPassword)
-			b := newBrowser(t, n)
-			for _, email := range []string{"a@b.c (\x00)", "a@b.c (\xff)", "a\x00@b.c", "\xff@b.c", strings.Repeat("a", 5000) + "@b.c", "operator@localhost (x)"} {
-				if resp := b.signIn(email, operatorPassword); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b.last, "Wrong email or password.") {
-					t.Fatalf("sign in as %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
-				}
-			}
-			if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
-				t.Fatalf("sign in: %d", resp.StatusCode)
-			}
-			b.do("GET", "/portal/", nil)
-			resp := b.do("POST", "/portal/workspaces", url.Values{"csrf": {b.csrf()}, "name": {"Payments"}})
-			page, _, _ := strings.Cut(resp.Header.Get("Location"), "?")
-			if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(page, "/portal/workspaces/w") {
-				t.Fatalf("create workspace: %d to %q", resp.StatusCode, page)
-			}
-			for _, email := range []string{"a\x00@b.c", "\xff@b.c", "a@b.c (\x00)", strings.Repeat("a", 5000) + "@b.c"} {
-				b.do("GET", page, nil)
-				resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {email}, "role": {"viewer"}})
-				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, "email must be a plain e-mail address") {
-					t.Fatalf("add member %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
-				}
-			}
+		}
+		if resp := b.signIn("operator@localhost", operatorPassword); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign in: %d", resp.StatusCode)
+		}
+		b.do("GET", "/portal/", nil)
+		resp := b.do("POST", "/portal/workspaces", url.Values{"csrf": {b.csrf()}, "name": {"Payments"}})
+		page, _, _ := strings.Cut(resp.Header.Get("Location"), "?")
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(page, "/portal/workspaces/w") {
+			t.Fatalf("create workspace: %d to %q", resp.StatusCode, page)
+		}
+		for _, email := range []string{"a\x00@b.c", "\xff@b.c", "a@b.c (\x00)", strings.Repeat("a", 5000) + "@b.c"} {
 			b.do("GET", page, nil)
-			if resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {"nobody@example.com"}, "role": {"viewer"}}); resp.StatusCode != http.StatusNotFound {
-				t.Fatalf("add an unknown member: %d, want 404", resp.StatusCode)
+			resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {email}, "role": {"viewer"}})
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, "email must be a plain e-mail address") {
+				t.Fatalf("add member %.40q: %d\n%.300s", email, resp.StatusCode, b.last)
 			}
-		})
-	}
+		}
+		b.do("GET", page, nil)
+		if resp := b.do("POST", page+"/members", url.Values{"csrf": {b.csrf()}, "email": {"nobody@example.com"}, "role": {"viewer"}}); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("add an unknown member: %d, want 404", resp.StatusCode)
+		}
+	})
 }
 
 // TestPortalConcurrentSignInsAreCounted: sign-ins sent all at once take
