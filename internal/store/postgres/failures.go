@@ -30,8 +30,7 @@ type FailureLimiter struct {
 	// dbClock: failures are dated, judged and swept at the database's
 	// clock; clock then only paces the sweeps (see TokenFailureLimiter).
 	dbClock bool
-	// kinds: the token service's rows (the zero value too), or the
-	// portal's.
+	// kinds: the token service's rows, or the portal's.
 	kinds failureKinds
 	// nextSweep is the unix nanoseconds of the next deletion of failures a
 	// minute old.
@@ -46,7 +45,7 @@ func (s *Store) FailureLimiter(clock bus.Clock) *FailureLimiter {
 	if clock == nil {
 		clock = bus.SystemClock{}
 	}
-	return &FailureLimiter{s: s, clock: clock}
+	return &FailureLimiter{s: s, clock: clock, kinds: tokenKinds}
 }
 
 // failureKinds are the kinds of auth_failure_log's rows a limiter counts
@@ -109,18 +108,10 @@ func (l *FailureLimiter) nowArg() *int64 {
 	return decideAt(false, l.clock.Now())
 }
 
-// kindsOf is the kinds l counts under.
-func (l *FailureLimiter) kindsOf() failureKinds {
-	if l.kinds == (failureKinds{}) {
-		return tokenKinds
-	}
-	return l.kinds
-}
-
 // Blocked implements auth.FailureLimiter.
 func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr string) (time.Duration, error) {
 	rows, err := l.s.pool.Query(ctx, failureRead, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg(),
-		auth.FailuresPerClient, auth.FailuresPerRemoteAddr, int64(auth.FailureWindow), l.kindsOf().client, l.kindsOf().addr)
+		auth.FailuresPerClient, auth.FailuresPerRemoteAddr, int64(auth.FailureWindow), l.kinds.client, l.kinds.addr)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
@@ -133,7 +124,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 		if err := rows.Scan(&kind, &at, &now); err != nil {
 			return 0, fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 		}
-		if kind == l.kindsOf().addr {
+		if kind == l.kinds.addr {
 			addr = append(addr, at)
 		} else {
 			client = append(client, at)
@@ -153,7 +144,7 @@ func (l *FailureLimiter) Blocked(ctx context.Context, clientID, remoteAddr strin
 func (l *FailureLimiter) Failed(ctx context.Context, clientID, remoteAddr string) error {
 	now := l.clock.Now()
 	if _, err := l.s.pool.Exec(ctx, failureCount, auth.LimiterKey(clientID), edge.AddrKey(remoteAddr), l.nowArg(),
-		l.kindsOf().client, l.kindsOf().addr); err != nil {
+		l.kinds.client, l.kinds.addr); err != nil {
 		return fmt.Errorf("postgres: auth failures: %w", interpretError(err))
 	}
 	if sweepDue(&l.nextSweep, now, auth.FailureWindow) {

@@ -941,8 +941,8 @@ func TestTokenFailureLimiterUsesTheDatabaseClock(t *testing.T) {
 		t.Fatal("a test clock is not followed")
 	}
 	real := time.Now()
-	ahead := &FailureLimiter{s: a, clock: bus.NewManualClock(real.Add(time.Hour)), dbClock: true}
-	behind := &FailureLimiter{s: b, clock: bus.NewManualClock(real.Add(-time.Hour)), dbClock: true}
+	ahead := &FailureLimiter{s: a, clock: bus.NewManualClock(real.Add(time.Hour)), dbClock: true, kinds: tokenKinds}
+	behind := &FailureLimiter{s: b, clock: bus.NewManualClock(real.Add(-time.Hour)), dbClock: true, kinds: tokenKinds}
 	ctx := t.Context()
 	for i := range auth.FailuresPerClient {
 		l := behind
