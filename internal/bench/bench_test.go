@@ -21,7 +21,14 @@
 //     timed part of BenchmarkDrain and BenchmarkPublishSingle only: not the
 //     queue's pre-fill nor the floor's run, which -cpuprofile would include;
 //   - SOMBUS_BENCH_TRACE=<file>: an execution trace (go tool trace) of the
-//     same part.
+//     same part;
+//   - SOMBUS_BENCH_STAGES=1: where the embedded store's write operations
+//     of the same part spent their time, as the averages of each stretch
+//     of the writer's pipeline in µs an operation (sqlite.Stages):
+//     queued-us (handed to the writer, until it runs the operation),
+//     open-us (until its group's COMMIT), commit-us, handover-us (until
+//     the syncer begins the fsync), fsync-us, answer-us (until the caller
+//     has its answer), and stage-ops, the operations recorded.
 //
 // Each run of a benchmark writes the file again, so it holds the last run
 // (the one with the final b.N; -benchtime Nx makes it the only one): select
@@ -49,6 +56,7 @@ import (
 	"github.com/sombus/sombus/internal/bench/floor"
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/server/servertest"
+	"github.com/sombus/sombus/internal/store/sqlite"
 )
 
 const (
@@ -130,9 +138,10 @@ func split(total, k int, work func(i int) error) error {
 	return <-errs
 }
 
-// profileTimed starts the CPU profile and the execution trace that
-// SOMBUS_BENCH_CPUPROFILE and SOMBUS_BENCH_TRACE ask for (see the package
-// comment), if any; the result stops them and closes their files.
+// profileTimed starts the CPU profile, the execution trace and the record
+// of the writer's stages that SOMBUS_BENCH_CPUPROFILE, SOMBUS_BENCH_TRACE
+// and SOMBUS_BENCH_STAGES ask for (see the package comment), if any; the
+// result stops them, closes their files and reports the stages.
 func profileTimed(b *testing.B) (stop func()) {
 	b.Helper()
 	var stops []func()
@@ -165,6 +174,23 @@ func profileTimed(b *testing.B) (stop func()) {
 	}
 	start("SOMBUS_BENCH_CPUPROFILE", func(f *os.File) error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile)
 	start("SOMBUS_BENCH_TRACE", func(f *os.File) error { return trace.Start(f) }, trace.Stop)
+	if os.Getenv("SOMBUS_BENCH_STAGES") != "" {
+		end := sqlite.RecordStages()
+		stops = append(stops, func() {
+			st := end()
+			if st.Ops == 0 {
+				return // not the embedded store
+			}
+			b.ReportMetric(float64(st.Ops), "stage-ops")
+			for _, m := range []struct {
+				d    time.Duration
+				unit string
+			}{{st.Queued, "queued-us"}, {st.Open, "open-us"}, {st.Commit, "commit-us"},
+				{st.Handover, "handover-us"}, {st.Sync, "fsync-us"}, {st.Answer, "answer-us"}} {
+				b.ReportMetric(float64(m.d)/float64(time.Microsecond), m.unit)
+			}
+		})
+	}
 	return stop
 }
 

@@ -63,6 +63,87 @@ type op struct {
 	// of the fsync that was to make it durable (or of the failed state)
 	// instead of run's own outcome (set before the answer is sent).
 	unsynced bool
+	// st: the times of its way through the writer, when it was handed to
+	// the writer while RecordStages records (else nil). Each is set before
+	// the hand-off after it; the caller reads them once answered.
+	st *opStamps
+}
+
+// opStamps are the times of an operation's way through the writer.
+type opStamps struct {
+	queued, ran, commit, committed, syncing, synced time.Time
+}
+
+// Stages are the average times that the write operations answered after
+// an fsync spent in each stretch of the writer's pipeline, recorded
+// between RecordStages and the function it returns. Benchmarks report
+// them (SOMBUS_BENCH_STAGES, docs/benchmarks.md).
+type Stages struct {
+	Ops      int           // operations recorded
+	Queued   time.Duration // handed to the writer → the writer runs it (its last attempt)
+	Open     time.Duration // run → its group's COMMIT begins
+	Commit   time.Duration // the COMMIT
+	Handover time.Duration // committed → the syncer begins the fsync
+	Sync     time.Duration // the fsync of the WAL
+	Answer   time.Duration // fsync done → the caller has its answer
+}
+
+// stageLog sums what RecordStages records.
+type stageLog struct {
+	mu  sync.Mutex
+	n   int
+	sum [6]time.Duration
+}
+
+// stageRec is the recording under way, nil when none.
+var stageRec atomic.Pointer[stageLog]
+
+// RecordStages starts recording Stages for the writes of every store of
+// the process; the result ends the recording and returns them. An
+// operation is recorded when it was handed to the writer after the start
+// and answered, committed and synced, before the end.
+func RecordStages() (stop func() Stages) {
+	r := &stageLog{}
+	stageRec.Store(r)
+	return func() Stages {
+		stageRec.CompareAndSwap(r, nil)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		st := Stages{Ops: r.n}
+		if r.n > 0 {
+			n := time.Duration(r.n)
+			st.Queued, st.Open, st.Commit = r.sum[0]/n, r.sum[1]/n, r.sum[2]/n
+			st.Handover, st.Sync, st.Answer = r.sum[3]/n, r.sum[4]/n, r.sum[5]/n
+		}
+		return st
+	}
+}
+
+// record adds the stretches of st, answered at answered.
+func (r *stageLog) record(st *opStamps, answered time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	r.sum[0] += st.ran.Sub(st.queued)
+	r.sum[1] += st.commit.Sub(st.ran)
+	r.sum[2] += st.committed.Sub(st.commit)
+	r.sum[3] += st.syncing.Sub(st.committed)
+	r.sum[4] += st.synced.Sub(st.syncing)
+	r.sum[5] += answered.Sub(st.synced)
+}
+
+// stamp sets the time that at picks of each stamped operation of ops to
+// now (read once, only when one is stamped).
+func stamp(ops []*op, at func(st *opStamps) *time.Time) {
+	var now time.Time
+	for _, o := range ops {
+		if o.st != nil {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			*at(o.st) = now
+		}
+	}
 }
 
 // walPolicy says when the writer checkpoints (tests shrink it).
@@ -192,6 +273,9 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 		return err
 	}
 	o := &op{ctx: ctx, run: fn, done: make(chan error, 1)}
+	if stageRec.Load() != nil {
+		o.st = &opStamps{queued: time.Now()}
+	}
 	select {
 	case <-w.quit: // a safeguard: stop waits for this call before closing quit
 		return errClosed
@@ -238,6 +322,11 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	}
 	if o.panicked != nil {
 		panic(o.panicked)
+	}
+	if o.st != nil && err == nil && !o.st.synced.IsZero() {
+		if r := stageRec.Load(); r != nil {
+			r.record(o.st, time.Now())
+		}
 	}
 	if o.unsynced && late != nil && w.failure() == nil {
 		// Committed, and answered with the error of its fsync: undone
@@ -415,6 +504,9 @@ func (w *writer) run(t *txn, ops []*op) (again []*op) {
 			t.open = true
 		}
 		o.attempts++
+		if o.st != nil {
+			o.st.ran = time.Now()
+		}
 		if err := w.runOne(ctx, o); err != nil {
 			return w.abandon(t, o, err, ops[i+1:])
 		}
@@ -464,6 +556,7 @@ func (w *writer) commit(t *txn) {
 		return
 	}
 	w.heads.commitBegins()
+	stamp(t.live, func(st *opStamps) *time.Time { return &st.commit })
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
 		w.heads.reset()
@@ -474,6 +567,7 @@ func (w *writer) commit(t *txn) {
 	w.heads.publish()
 	w.heads.commitEnds()
 	w.commits.Add(1)
+	stamp(t.live, func(st *opStamps) *time.Time { return &st.committed })
 	w.committed(t.live)
 }
 
@@ -528,9 +622,15 @@ func (w *writer) syncer() {
 		for _, c := range group {
 			wrote = wrote || c.wrote
 		}
+		for _, c := range group {
+			stamp(c.ops, func(st *opStamps) *time.Time { return &st.syncing })
+		}
 		var err error
 		if wrote {
 			err = w.syncWAL()
+		}
+		for _, c := range group {
+			stamp(c.ops, func(st *opStamps) *time.Time { return &st.synced })
 		}
 		if err == nil {
 			// After a failed fsync no later one can be trusted (the kernel
