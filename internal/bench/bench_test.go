@@ -22,13 +22,16 @@
 //     queue's pre-fill nor the floor's run, which -cpuprofile would include;
 //   - SOMBUS_BENCH_TRACE=<file>: an execution trace (go tool trace) of the
 //     same part;
-//   - SOMBUS_BENCH_STAGES=1: where the embedded store's write operations
-//     of the same part spent their time, as the averages of each stretch
-//     of the writer's pipeline in µs an operation (sqlite.Stages):
-//     queued-us (handed to the writer, until it runs the operation),
-//     open-us (until its group's COMMIT), commit-us, handover-us (until
-//     the syncer begins the fsync), fsync-us, answer-us (until the caller
-//     has its answer), and stage-ops, the operations recorded.
+//   - SOMBUS_BENCH_STAGES (any value but empty): where the embedded
+//     store's write operations of the same part spent their time, as the
+//     averages of each stretch of the writer's pipeline in µs an operation
+//     (sqlite.Stages): queued-us (handed to the writer, until it runs the
+//     operation), open-us (until its group's COMMIT), commit-us,
+//     handover-us (until the syncer begins the fsync), fsync-us, answer-us
+//     (until the caller has its answer), and stage-ops, the operations
+//     recorded: those answered with their own success after an fsync
+//     (none under SOMBUS_BENCH_SQLITE=synchronous=normal, which then
+//     reports nothing).
 //
 // Each run of a benchmark writes the file again, so it holds the last run
 // (the one with the final b.N; -benchtime Nx makes it the only one): select
@@ -179,7 +182,7 @@ func profileTimed(b *testing.B) (stop func()) {
 		stops = append(stops, func() {
 			st := end()
 			if st.Ops == 0 {
-				return // not the embedded store
+				return // no write answered after an fsync: another store, or synchronous=normal
 			}
 			b.ReportMetric(float64(st.Ops), "stage-ops")
 			for _, m := range []struct {

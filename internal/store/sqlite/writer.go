@@ -69,15 +69,20 @@ type op struct {
 	st *opStamps
 }
 
-// opStamps are the times of an operation's way through the writer.
+// opStamps are the times of an operation's way through the writer, for
+// the recording log.
 type opStamps struct {
+	log                                             *stageLog
 	queued, ran, commit, committed, syncing, synced time.Time
 }
 
-// Stages are the average times that the write operations answered after
-// an fsync spent in each stretch of the writer's pipeline, recorded
-// between RecordStages and the function it returns. Benchmarks report
-// them (SOMBUS_BENCH_STAGES, docs/benchmarks.md).
+// Stages are the average times that write operations spent in each
+// stretch of the writer's pipeline, recorded between RecordStages and the
+// function it returns. Only the operations answered with their own
+// success after an fsync of the WAL count: not those answered at the
+// commit (synchronous=normal), nor those of a group that wrote nothing
+// (no fsync), nor those answered with an error. Benchmarks report them
+// (SOMBUS_BENCH_STAGES, docs/benchmarks.md).
 type Stages struct {
 	Ops      int           // operations recorded
 	Queued   time.Duration // handed to the writer → the writer runs it (its last attempt)
@@ -99,9 +104,10 @@ type stageLog struct {
 var stageRec atomic.Pointer[stageLog]
 
 // RecordStages starts recording Stages for the writes of every store of
-// the process; the result ends the recording and returns them. An
-// operation is recorded when it was handed to the writer after the start
-// and answered, committed and synced, before the end.
+// the process, ending any recording under way; the result ends this
+// recording and returns what it holds (again at each call). An operation
+// is recorded when it was handed to the writer after the start and
+// answered before the end.
 func RecordStages() (stop func() Stages) {
 	r := &stageLog{}
 	stageRec.Store(r)
@@ -133,9 +139,9 @@ func (r *stageLog) record(st *opStamps, answered time.Time) {
 }
 
 // stamp sets the time that at picks of each stamped operation of ops to
-// now (read once, only when one is stamped).
-func stamp(ops []*op, at func(st *opStamps) *time.Time) {
-	var now time.Time
+// now, or to the current time (read once, only when an operation is
+// stamped) when now is zero; it returns the time it set, if any.
+func stamp(ops []*op, now time.Time, at func(st *opStamps) *time.Time) time.Time {
 	for _, o := range ops {
 		if o.st != nil {
 			if now.IsZero() {
@@ -144,6 +150,7 @@ func stamp(ops []*op, at func(st *opStamps) *time.Time) {
 			*at(o.st) = now
 		}
 	}
+	return now
 }
 
 // walPolicy says when the writer checkpoints (tests shrink it).
@@ -273,8 +280,8 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 		return err
 	}
 	o := &op{ctx: ctx, run: fn, done: make(chan error, 1)}
-	if stageRec.Load() != nil {
-		o.st = &opStamps{queued: time.Now()}
+	if r := stageRec.Load(); r != nil {
+		o.st = &opStamps{log: r, queued: time.Now()}
 	}
 	select {
 	case <-w.quit: // a safeguard: stop waits for this call before closing quit
@@ -323,10 +330,8 @@ func (w *writer) doOr(ctx context.Context, fn func(d *dbq) error, late func(err 
 	if o.panicked != nil {
 		panic(o.panicked)
 	}
-	if o.st != nil && err == nil && !o.st.synced.IsZero() {
-		if r := stageRec.Load(); r != nil {
-			r.record(o.st, time.Now())
-		}
+	if o.st != nil && err == nil && !o.st.synced.IsZero() && stageRec.Load() == o.st.log {
+		o.st.log.record(o.st, time.Now())
 	}
 	if o.unsynced && late != nil && w.failure() == nil {
 		// Committed, and answered with the error of its fsync: undone
@@ -556,7 +561,7 @@ func (w *writer) commit(t *txn) {
 		return
 	}
 	w.heads.commitBegins()
-	stamp(t.live, func(st *opStamps) *time.Time { return &st.commit })
+	stamp(t.live, time.Time{}, func(st *opStamps) *time.Time { return &st.commit })
 	if _, err := w.exec(context.Background(), "COMMIT"); err != nil {
 		_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
 		w.heads.reset()
@@ -564,10 +569,10 @@ func (w *writer) commit(t *txn) {
 		w.answerAll(t.live, fmt.Errorf("commit: %w", interpretError(err)))
 		return
 	}
+	stamp(t.live, time.Time{}, func(st *opStamps) *time.Time { return &st.committed })
 	w.heads.publish()
 	w.heads.commitEnds()
 	w.commits.Add(1)
-	stamp(t.live, func(st *opStamps) *time.Time { return &st.committed })
 	w.committed(t.live)
 }
 
@@ -622,15 +627,18 @@ func (w *writer) syncer() {
 		for _, c := range group {
 			wrote = wrote || c.wrote
 		}
-		for _, c := range group {
-			stamp(c.ops, func(st *opStamps) *time.Time { return &st.syncing })
-		}
 		var err error
 		if wrote {
+			// The stamps of Stages: only a group that is synced has them.
+			var at time.Time
+			for _, c := range group {
+				at = stamp(c.ops, at, func(st *opStamps) *time.Time { return &st.syncing })
+			}
 			err = w.syncWAL()
-		}
-		for _, c := range group {
-			stamp(c.ops, func(st *opStamps) *time.Time { return &st.synced })
+			at = time.Time{}
+			for _, c := range group {
+				at = stamp(c.ops, at, func(st *opStamps) *time.Time { return &st.synced })
+			}
 		}
 		if err == nil {
 			// After a failed fsync no later one can be trusted (the kernel
