@@ -14,7 +14,7 @@ import (
 // Update runs fn in one read-write transaction (READ COMMITTED). fn is run
 // again when the transaction deadlocks or fails serialization.
 func (s *Store) Update(ctx context.Context, fn func(tx bus.Tx) error) error {
-	return s.run(ctx, false, func(tx pgx.Tx) error { return fn(&mgmtTx{ctx: ctx, tx: tx}) })
+	return s.run(ctx, false, func(tx pgx.Tx) error { return fn(&mgmtTx{ctx: ctx, tx: tx, write: true}) })
 }
 
 // View runs fn in a read-only transaction.
@@ -27,6 +27,26 @@ func (s *Store) View(ctx context.Context, fn func(tx bus.Tx) error) error {
 type mgmtTx struct {
 	ctx context.Context
 	tx  pgx.Tx
+	// write: an Update. Its reads of a connection, a workspace or a user
+	// lock the row (lockRow) until the transaction ends, as fn usually
+	// changes what it read: under READ COMMITTED two transactions would
+	// otherwise both read the row before either wrote it, and the second
+	// write would undo the first (two "Get client secret" both issuing a
+	// secret, of which only the last one written works). The embedded store
+	// runs one write transaction at a time, so its reads need no lock.
+	write bool
+}
+
+// lockRow is the clause a read of a row that fn may change ends with: in
+// an Update, FOR NO KEY UPDATE (the key stays, so rows referencing it are
+// still inserted meanwhile); else none. A transaction that waits for the
+// lock then reads the row as the holder left it, or no row if the holder
+// deleted it.
+func (t *mgmtTx) lockRow() string {
+	if t.write {
+		return " FOR NO KEY UPDATE"
+	}
+	return ""
 }
 
 // exec runs a statement that changes nothing visible on failure.
@@ -75,7 +95,7 @@ func scanUser(row pgx.Row) (bus.User, error) {
 }
 
 func (t *mgmtTx) UserGet(id string) (bus.User, error) {
-	return scanUser(t.tx.QueryRow(t.ctx, `SELECT `+userCols+` FROM users u WHERE u.id = $1`, id))
+	return scanUser(t.tx.QueryRow(t.ctx, `SELECT `+userCols+` FROM users u WHERE u.id = $1`+t.lockRow(), id))
 }
 
 func (t *mgmtTx) UserCount() (int, error) {
@@ -101,7 +121,7 @@ func (t *mgmtTx) WorkspaceCreate(w bus.Workspace) error {
 func (t *mgmtTx) WorkspaceGet(id string) (bus.Workspace, error) {
 	var w bus.Workspace
 	var created int64
-	err := t.tx.QueryRow(t.ctx, `SELECT id, name, created_at FROM workspaces WHERE id = $1`, id).Scan(&w.ID, &w.Name, &created)
+	err := t.tx.QueryRow(t.ctx, `SELECT id, name, created_at FROM workspaces WHERE id = $1`+t.lockRow(), id).Scan(&w.ID, &w.Name, &created)
 	if err != nil {
 		return bus.Workspace{}, interpretError(err)
 	}
@@ -209,7 +229,7 @@ func scanConnection(row pgx.Row) (bus.Connection, error) {
 }
 
 func (t *mgmtTx) ConnectionGet(id string) (bus.Connection, error) {
-	c, err := scanConnection(t.tx.QueryRow(t.ctx, `SELECT `+connCols+` FROM connections WHERE id = $1`, id))
+	c, err := scanConnection(t.tx.QueryRow(t.ctx, `SELECT `+connCols+` FROM connections WHERE id = $1`+t.lockRow(), id))
 	return c, interpretError(err)
 }
 
