@@ -347,7 +347,7 @@ func (s *Service) Settle(ctx context.Context, queueID string, receipts []string,
 		out[i].ReceiptHandle = rh
 		h, err := s.cfg.Handles.DecodeFor(rh, queueID)
 		if err != nil || h.QueueID != queueID {
-			out[i].Code, out[i].Message = CodeReceiptHandleIsInvalid, "The receipt handle is malformed or not from this queue."
+			out[i].Code, out[i].Message = CodeReceiptHandleIsInvalid, MsgHandleMalformed
 			continue
 		}
 		hs = append(hs, h)

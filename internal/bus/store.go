@@ -348,3 +348,12 @@ type MaintainResult struct {
 
 // CodeReceiptHandleIsInvalid is the per-handle failure code of ack and nack.
 const CodeReceiptHandleIsInvalid = "ReceiptHandleIsInvalid"
+
+// The messages of the CodeReceiptHandleIsInvalid failures: both stores
+// word the same case the same way.
+const (
+	MsgHandleMalformed     = "The receipt handle is malformed or not from this queue."
+	MsgHandleOtherQueue    = "The receipt handle belongs to another queue."
+	MsgHandleReceivedAgain = "The message was received again after this receipt handle was issued."
+	MsgHandleNotInFlight   = "The receipt handle does not match a message in flight (it was acknowledged, dead-lettered, purged or expired)."
+)

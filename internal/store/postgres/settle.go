@@ -30,11 +30,11 @@ func (s *Store) MessageNack(ctx context.Context, p *bus.SettleParams) ([]bus.Set
 	return s.settle(ctx, p, false)
 }
 
-// Failure messages of settle results.
+// Failure messages of settle results (the embedded store's too).
 const (
-	msgOtherQueue  = "The receipt handle belongs to another queue."
-	msgReceived    = "The message was received again after this receipt handle was issued."
-	msgNotInFlight = "The receipt handle does not match a message in flight (it was acknowledged, dead-lettered, purged or expired)."
+	msgOtherQueue  = bus.MsgHandleOtherQueue
+	msgReceived    = bus.MsgHandleReceivedAgain
+	msgNotInFlight = bus.MsgHandleNotInFlight
 )
 
 // lockStoriesSQL locks the stories $1 of queue $2 for a settle (see settle).

@@ -676,7 +676,7 @@ func ackAll(d *dbq, p *bus.SettleParams) ([]bus.SettleResult, error) {
 	var rows []int64 // the message row of each live handle
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
-			out[i] = invalid("the receipt handle is not from this queue")
+			out[i] = invalid(bus.MsgHandleOtherQueue)
 			continue
 		}
 		if st, ok := heads[h.StoryID]; ok && st.head == h.Seq && st.nonce != 0 && st.nonce == h.Nonce {
@@ -824,7 +824,7 @@ func settleEach(d *dbq, p *bus.SettleParams, one settleFunc) ([]bus.SettleResult
 	}
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
-			out[i] = invalid("the receipt handle is not from this queue")
+			out[i] = invalid(bus.MsgHandleOtherQueue)
 			continue
 		}
 		r, err := one(d, p, h, limit)
@@ -849,9 +849,9 @@ func liveHead(d *dbq, h bus.Handle) (receiveCount int, row int64, ok bool, why s
 	case err != nil:
 		return 0, 0, false, "", err
 	case st == nil || st.seq != h.Seq:
-		return 0, 0, false, "the message is no longer in the queue", nil
+		return 0, 0, false, bus.MsgHandleNotInFlight, nil
 	case st.nonce == 0 || st.nonce != h.Nonce:
-		return 0, 0, false, "the message was received again since this receipt handle was issued", nil
+		return 0, 0, false, bus.MsgHandleReceivedAgain, nil
 	}
 	return st.receiveCount, st.headID, true, "", nil
 }
@@ -868,7 +868,7 @@ func ackOne(d *dbq, p *bus.SettleParams, h bus.Handle, _ int) (bus.SettleResult,
 		case err == nil && nonce == h.Nonce:
 			return bus.SettleResult{OK: true}, nil // an idempotent re-ack
 		case err == nil:
-			return invalid("the message was acknowledged with another receipt handle"), nil
+			return invalid(bus.MsgHandleNotInFlight), nil // acknowledged with another handle
 		case errors.Is(err, sql.ErrNoRows):
 			return invalid(why), nil
 		default:

@@ -65,12 +65,12 @@ func testAckStale(e *env) {
 	e.pub(f, T0, "a", "a1", "a2")
 	h1 := e.receiveOne(f.Q, 10*time.Second, at(time.Second), "a1").Handle
 	h2 := e.receiveOne(f.Q, 10*time.Second, at(11*time.Second), "a1").Handle
-	wantSettle(e.t, "ack with the first delivery's handle", e.ack(f.Q, at(12*time.Second), h1), false)
+	wantFailure(e.t, "ack with the first delivery's handle", e.ack(f.Q, at(12*time.Second), h1), bus.MsgHandleReceivedAgain)
 	// The failed ack did not remove the message.
 	e.wantStats(f.Q, at(12*time.Second), bus.QueueStats{Ready: 1, InFlight: 1, OldestReadyAgeSeconds: 12})
 	e.ackOK(f.Q, at(13*time.Second), h2)
 	// After the latest delivery's ack, the stale one still fails.
-	wantSettle(e.t, "stale handle after the ack", e.ack(f.Q, at(14*time.Second), h1), false)
+	wantFailure(e.t, "stale handle after the ack", e.ack(f.Q, at(14*time.Second), h1), bus.MsgHandleNotInFlight)
 	wantIDs(e.t, e.receive(f.Q, 10, time.Minute, at(15*time.Second)), "a2")
 }
 
@@ -81,19 +81,19 @@ func testAckForeign(e *env) {
 	d1 := e.receiveOne(f.Q, time.Minute, at(time.Second), "a1")
 	d2 := e.receiveOne(q2, time.Minute, at(time.Second), "a1")
 	// A handle of q1 presented on q2.
-	wantSettle(e.t, "ack of another queue's handle", e.ack(q2, at(2*time.Second), d1.Handle), false)
-	wantSettle(e.t, "nack of another queue's handle", e.nack(q2, 0, at(2*time.Second), d1.Handle), false)
+	wantFailure(e.t, "ack of another queue's handle", e.ack(q2, at(2*time.Second), d1.Handle), bus.MsgHandleOtherQueue)
+	wantFailure(e.t, "nack of another queue's handle", e.nack(q2, 0, at(2*time.Second), d1.Handle), bus.MsgHandleOtherQueue)
 	// A handle relabelled with q2 but addressing q1's story.
 	relabelled := d1.Handle
 	relabelled.QueueID = q2
-	wantSettle(e.t, "ack of q1's story through q2", e.ack(q2, at(2*time.Second), relabelled), false)
+	wantFailure(e.t, "ack of q1's story through q2", e.ack(q2, at(2*time.Second), relabelled), bus.MsgHandleNotInFlight)
 	// Both messages are still there and in flight.
 	e.wantStats(f.Q, at(2*time.Second), bus.QueueStats{InFlight: 1})
 	e.wantStats(q2, at(2*time.Second), bus.QueueStats{InFlight: 1})
 	e.ackOK(f.Q, at(3*time.Second), d1.Handle)
 	e.ackOK(q2, at(3*time.Second), d2.Handle)
 	// A q1 ack record is no proof on q2.
-	wantSettle(e.t, "re-ack of q1's handle on q2", e.ack(q2, at(4*time.Second), d1.Handle), false)
+	wantFailure(e.t, "re-ack of q1's handle on q2", e.ack(q2, at(4*time.Second), d1.Handle), bus.MsgHandleOtherQueue)
 }
 
 func testAckAfterExpiry(e *env) {
@@ -242,7 +242,7 @@ func testNackAfterAck(e *env) {
 	e.pub(f, T0, "a", "a1", "a2")
 	d := e.receiveOne(f.Q, time.Minute, at(time.Second), "a1")
 	e.ackOK(f.Q, at(2*time.Second), d.Handle)
-	wantSettle(e.t, "nack of an acknowledged message", e.nack(f.Q, 0, at(3*time.Second), d.Handle), false)
+	wantFailure(e.t, "nack of an acknowledged message", e.nack(f.Q, 0, at(3*time.Second), d.Handle), bus.MsgHandleNotInFlight)
 	// It did not bring a1 back nor disturb a2.
 	wantIDs(e.t, e.receive(f.Q, 10, time.Minute, at(3*time.Second)), "a2")
 }
@@ -253,10 +253,10 @@ func testNackStaleForeign(e *env) {
 	e.pub(f, T0, "a", "a1")
 	h1 := e.receiveOne(f.Q, 10*time.Second, at(time.Second), "a1").Handle
 	h2 := e.receiveOne(f.Q, time.Minute, at(11*time.Second), "a1").Handle
-	wantSettle(e.t, "nack with a stale handle", e.nack(f.Q, 0, at(12*time.Second), h1), false)
+	wantFailure(e.t, "nack with a stale handle", e.nack(f.Q, 0, at(12*time.Second), h1), bus.MsgHandleReceivedAgain)
 	// The stale nack did not release the message.
 	wantIDs(e.t, e.receive(f.Q, 10, time.Minute, at(12*time.Second)))
-	wantSettle(e.t, "nack on another queue", e.nack(q2, 0, at(12*time.Second), h2), false)
+	wantFailure(e.t, "nack on another queue", e.nack(q2, 0, at(12*time.Second), h2), bus.MsgHandleOtherQueue)
 	wantIDs(e.t, e.receive(f.Q, 10, time.Minute, at(12*time.Second)))
 	e.nackOK(f.Q, 0, at(13*time.Second), h2)
 }
