@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -240,7 +241,17 @@ func describeJSONError(err error) string {
 		if field == "" {
 			return fmt.Sprintf("The request body must be a JSON object, not %s.", te.Value)
 		}
-		return fmt.Sprintf("Field %q must be %s, not %s.", field, jsonKind(te.Type.Kind().String()), te.Value)
+		kind := te.Type.Kind()
+		if num, ok := strings.CutPrefix(te.Value, "number "); ok && kind >= reflect.Int && kind <= reflect.Uint64 {
+			// A number the field's integer type cannot hold: a fraction,
+			// an exponent, or too many digits. (A whole number out of the
+			// field's own range is refused by the route, with the range.)
+			if strings.ContainsAny(num, ".eE") {
+				return fmt.Sprintf("Field %q must be a whole number, not %s.", field, num)
+			}
+			return fmt.Sprintf("Field %q must be a whole number, not %s: it is far too large.", field, num)
+		}
+		return fmt.Sprintf("Field %q must be %s, not %s.", field, jsonKind(kind.String()), te.Value)
 	case errors.As(err, &se):
 		return fmt.Sprintf("The request body is not valid JSON (at byte %d).", se.Offset)
 	case errors.Is(err, io.EOF):

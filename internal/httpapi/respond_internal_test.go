@@ -63,3 +63,26 @@ func TestWriteErrorCancelledRequestLogsNoError(t *testing.T) {
 		t.Fatalf("a cancellation while the request was live logged %q, want an internal error line", out.String())
 	}
 }
+
+// A number an integer field cannot hold (a fraction, an exponent, or too
+// many digits) is refused naming the field, the value and what it must
+// be: not "must be a number, not number 1.0".
+func TestDecodeStrictNamesWholeNumbers(t *testing.T) {
+	var v struct {
+		DelaySeconds int   `json:"delay_seconds"`
+		Limit        int64 `json:"limit"`
+		Name         string
+	}
+	for body, want := range map[string]string{
+		`{"delay_seconds":1.0}`:          `Field "delay_seconds" must be a whole number, not 1.0.`,
+		`{"delay_seconds":1e2}`:          `Field "delay_seconds" must be a whole number, not 1e2.`,
+		`{"limit":99999999999999999999}`: `Field "limit" must be a whole number, not 99999999999999999999: it is far too large.`,
+		`{"delay_seconds":"5"}`:          `Field "delay_seconds" must be a number, not string.`,
+		`{"Name":5}`:                     `Field "Name" must be a string, not number.`,
+	} {
+		err := decodeStrict([]byte(body), &v, bus.RuleManageBadRequest)
+		if e, ok := bus.AsError(err); !ok || len(e.Violations) != 1 || e.Violations[0].Message != want {
+			t.Errorf("%s: %v, want the message %q", body, err, want)
+		}
+	}
+}
