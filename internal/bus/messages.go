@@ -571,10 +571,15 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 		if len(ids) == 0 || len(ids) > 100 {
 			return 0, Errorf(RuleManageBadRequest, "message_ids must hold 1 to 100 ids, or be left out to redrive all.")
 		}
+		seen := make(map[string]int, len(ids))
 		for i, m := range ids {
 			if !validIDText(m) {
 				return 0, Errorf(RuleManageBadRequest, "message_ids[%d] is not a message id: message ids are 1 to %d printable ASCII characters.", i, MaxIDLength)
 			}
+			if j, dup := seen[m]; dup {
+				return 0, Errorf(RuleManageBadRequest, "message_ids[%d] repeats message_ids[%d]: each id at most once.", i, j)
+			}
+			seen[m] = i
 		}
 		details["message_ids"] = len(ids)
 	}

@@ -68,6 +68,8 @@ func hostileIDs(t *testing.T, n *node) {
 	calls = append(calls,
 		call{"POST", connPath(ws, cons.ID) + "/dead-letters/redrive", `{"message_ids":["m\u0000"]}`, 400, "manage.bad_request"},
 		call{"POST", connPath(ws, cons.ID) + "/dead-letters/redrive", `{"message_ids":["m\udbff\udfff"]}`, 400, "manage.bad_request"},
+		// An id twice (the list's items are unique).
+		call{"POST", connPath(ws, cons.ID) + "/dead-letters/redrive", `{"message_ids":["a","b","a"]}`, 400, "manage.bad_request"},
 		call{"POST", "/v1/manage/workspaces", `{"name":"a\u0000"}`, 400, "manage.bad_request"},
 		call{"POST", "/v1/manage/users", `{"name":"a","email":"a\u0000@example.com"}`, 400, "manage.bad_request"},
 	)
