@@ -14,9 +14,11 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/edge"
@@ -111,7 +113,35 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if e.Status == http.StatusMethodNotAllowed && w.Header().Get("Allow") == "" {
 		w.Header().Set("Allow", "")
 	}
-	writeJSON(w, e.Status, refusal{Accepted: false, Violations: e.Violations})
+	vs, cloned := e.Violations, false
+	for i, v := range vs {
+		if len(v.Message) > maxMessageBytes {
+			if !cloned { // the error's own stay whole
+				vs, cloned = slices.Clone(vs), true
+			}
+			vs[i].Message = cutText(v.Message, maxMessageBytes)
+		}
+	}
+	writeJSON(w, e.Status, refusal{Accepted: false, Violations: vs})
+}
+
+// maxMessageBytes bounds a refusal's message. Messages quote what was
+// sent (a field's value, a parameter's name, an id of the path), which may
+// be anything up to the request's own limits: a megabyte of quota_tier
+// came back whole in the refusal before.
+const maxMessageBytes = 1024
+
+// cutText is s cut to at most n bytes, at a rune's start, saying how much
+// it left out.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	k := n - 40 // room for the note
+	for k > 0 && !utf8.RuneStart(s[k]) {
+		k--
+	}
+	return s[:k] + fmt.Sprintf("… (%d bytes cut)", len(s)-k)
 }
 
 // bodyOptions say how to read a JSON body.

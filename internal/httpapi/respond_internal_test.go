@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -84,5 +86,32 @@ func TestDecodeStrictNamesWholeNumbers(t *testing.T) {
 		if e, ok := bus.AsError(err); !ok || len(e.Violations) != 1 || e.Violations[0].Message != want {
 			t.Errorf("%s: %v, want the message %q", body, err, want)
 		}
+	}
+}
+
+// A refusal's message quotes what was sent: a long one is cut to
+// maxMessageBytes at a rune's start, saying how much it left out, in the
+// answer only (the error keeps its whole message).
+func TestRefusalMessagesAreCut(t *testing.T) {
+	long := `Unknown quota tier "` + strings.Repeat("é", 500_000) + `".`
+	e := bus.Errorf(bus.RuleManageBadRequest, "%s", long)
+	w := httptest.NewRecorder()
+	writeError(w, httptest.NewRequest("POST", "/v1/manage/workspaces", nil), slog.New(slog.DiscardHandler), e)
+	var body struct {
+		Violations []struct{ Message string } `json:"violations"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || len(body.Violations) != 1 {
+		t.Fatalf("%d %.200s: %v", w.Code, w.Body.String(), err)
+	}
+	msg := body.Violations[0].Message
+	if len(msg) > maxMessageBytes || !utf8.ValidString(msg) || !strings.HasPrefix(msg, `Unknown quota tier "éé`) ||
+		!strings.HasSuffix(msg, fmt.Sprintf("(%d bytes cut)", len(long)-strings.Index(msg, "…"))) {
+		t.Fatalf("the answer's message (%d bytes): %.100s…%s", len(msg), msg, msg[max(0, len(msg)-60):])
+	}
+	if got := e.Violations[0].Message; got != long {
+		t.Fatalf("the error's own message was cut too (%d bytes)", len(got))
+	}
+	if short := cutText("short", maxMessageBytes); short != "short" {
+		t.Fatalf("a short message: %q", short)
 	}
 }
