@@ -156,10 +156,19 @@ type bodyOptions struct {
 func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 	ct := r.Header.Get("Content-Type")
 	if ct != "application/json" { // the usual case needs no parsing
-		mt, _, err := mime.ParseMediaType(ct)
+		mt, params, err := mime.ParseMediaType(ct)
 		if ct == "" || err != nil || mt != "application/json" {
 			return nil, bus.Errorf(o.rule, "Content-Type must be application/json (got %q).", ct)
 		}
+		// JSON is UTF-8 here: a body said to be in another charset would be
+		// read as UTF-8 all the same.
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return nil, bus.Errorf(o.rule, "Content-Type's charset must be utf-8 (got %q).", cs)
+		}
+	}
+	// Nor is a compressed body read: it would be taken for the JSON itself.
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(ce[0], "identity")) {
+		return nil, bus.Errorf(o.rule, "Content-Encoding %q is not accepted: send the body uncompressed.", strings.Join(ce, ", "))
 	}
 	tooLarge := o.tooLargeRule
 	if tooLarge == "" {

@@ -115,3 +115,35 @@ func TestRefusalMessagesAreCut(t *testing.T) {
 		t.Fatalf("a short message: %q", short)
 	}
 }
+
+// A JSON body said to be in a charset other than UTF-8, or compressed, is
+// refused naming the header, not read as UTF-8 JSON all the same.
+func TestReadBodyRefusesOtherCharsetsAndEncodings(t *testing.T) {
+	o := bodyOptions{limit: 1024, rule: bus.RuleManageBadRequest}
+	for _, tc := range []struct {
+		ct, ce string
+		ok     bool
+	}{
+		{"application/json", "", true},
+		{"application/json; charset=utf-8", "", true},
+		{"application/json; charset=UTF-8", "identity", true},
+		{"application/json; charset=utf-16", "", false},
+		{"application/json; charset=latin1", "", false},
+		{"application/json", "gzip", false},
+		{"application/json", "br", false},
+	} {
+		r := httptest.NewRequest("POST", "/v1/manage/workspaces", strings.NewReader(`{"name":"a"}`))
+		r.Header.Set("Content-Type", tc.ct)
+		if tc.ce != "" {
+			r.Header.Set("Content-Encoding", tc.ce)
+		}
+		b, err := readBody(r, o)
+		e, refused := bus.AsError(err)
+		switch {
+		case tc.ok && (err != nil || string(b) != `{"name":"a"}`):
+			t.Errorf("%s, %q: %q, %v; want the body", tc.ct, tc.ce, b, err)
+		case !tc.ok && (!refused || e.Status != 400 || e.Rule() != bus.RuleManageBadRequest):
+			t.Errorf("%s, %q: %q, %v; want a 400 refusal", tc.ct, tc.ce, b, err)
+		}
+	}
+}
