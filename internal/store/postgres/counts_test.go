@@ -165,7 +165,7 @@ func TestQueueCounterSlots(t *testing.T) {
 
 // dropCounters takes the schema back to version 7: no counters, no
 // triggers, nor what later migrations added (the sample rounds, the
-// failure log).
+// failure log, the skills' foreign key).
 func dropCounters(t *testing.T, s *Store) {
 	t.Helper()
 	if _, err := s.pool.Exec(t.Context(), `DROP TABLE queue_counts;
@@ -175,6 +175,7 @@ func dropCounters(t *testing.T, s *Store) {
 			queue_counts_dead_out(), queue_counts_slot();
 		DROP TABLE sample_rounds;
 		DROP TABLE auth_failure_log;
+		ALTER TABLE skills DROP CONSTRAINT skills_connection_id_fkey;
 		DELETE FROM schema_migrations WHERE version >= 8`); err != nil {
 		t.Fatal(err)
 	}

@@ -374,6 +374,10 @@ func interpretError(err error) error {
 		switch {
 		case pg.Code == "23505":
 			return fmt.Errorf("%w: %s", bus.ErrConflict, err.Error())
+		case pg.Code == "23503":
+			// A foreign key's referenced row does not exist (the skills
+			// of a connection removed meanwhile), as on SQLite.
+			return fmt.Errorf("%w: %s", bus.ErrNotFound, err.Error())
 		case pg.Code == "40P01" || pg.Code == "40001":
 			// Retried by run; still failing after maxAttempts, it is a
 			// fault (500), not the database being out of reach.

@@ -276,6 +276,9 @@ func (t *mgmtTx) ConnectionUpdate(c bus.Connection) error {
 		c.SecretHash, msPtr(c.SecretIssuedAt), c.PreviousSecretHash, msPtr(c.PreviousSecretExpiresAt))
 }
 
+// ConnectionDelete removes a connection and every row of its queue; its
+// skills go with it in the first statement (the foreign key's ON DELETE
+// CASCADE, migration 0011).
 func (t *mgmtTx) ConnectionDelete(id string) error {
 	if err := t.execOne("connection "+id, `DELETE FROM connections WHERE id = $1`, id); err != nil {
 		return err
@@ -291,7 +294,6 @@ func (t *mgmtTx) ConnectionDelete(id string) error {
 		`DELETE FROM dead_letters WHERE queue_id = $1`,
 		`DELETE FROM attempts WHERE queue_id = $1`,
 		`DELETE FROM ack_records WHERE queue_id = $1`,
-		`DELETE FROM skills WHERE connection_id = $1`,
 		`DELETE FROM queue_samples WHERE queue_id = $1`,
 		// Last: the deletes above changed the counters too.
 		`DELETE FROM queue_counts WHERE queue_id = $1`,
@@ -303,6 +305,9 @@ func (t *mgmtTx) ConnectionDelete(id string) error {
 	return nil
 }
 
+// SkillsPut replaces a connection's registrations; ErrNotFound if the
+// connection does not exist (the foreign key of migration 0011: a put never
+// leaves the skills of a connection removed meanwhile).
 func (t *mgmtTx) SkillsPut(connectionID string, s bus.Skills) error {
 	regs, err := json.Marshal(s.Registrations)
 	if err != nil {

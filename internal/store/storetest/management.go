@@ -25,6 +25,7 @@ var managementTests = []test{
 	{"ConnectionErrors", testConnectionErrors},
 	{"ConnectionDeleteRemovesQueue", testConnectionDelete},
 	{"Skills", testSkills},
+	{"SkillsOfARemovedConnection", testSkillsRemovedConnection},
 	{"Audit", testAudit},
 	{"AuditPaging", testAuditPaging},
 	{"SigningKeys", testSigningKeys},
@@ -626,6 +627,37 @@ func testSkills(e *env) {
 	}, UpdatedAt: at(2 * time.Minute)}
 	e.update(func(tx bus.Tx) error { return tx.SkillsPut(f.Q, s2) })
 	check(s2)
+}
+
+// testSkillsRemovedConnection: a put of the skills of a connection that
+// does not exist, or no longer does (removed between the bus's check and
+// the put, by a DELETE that overlapped), is ErrNotFound and writes no row:
+// no skills are kept for a connection that is gone, and one created again
+// with the same id has none.
+func testSkillsRemovedConnection(e *env) {
+	f := e.fixture(5)
+	var conn bus.Connection
+	e.view(func(tx bus.Tx) error {
+		var err error
+		conn, err = tx.ConnectionGet(f.Q)
+		return err
+	})
+	sk := bus.Skills{Registrations: []bus.SkillRegistration{
+		{InstanceID: "i1", Skill: "s", Name: "n", Values: json.RawMessage(`{}`), AuthorityScale: 1},
+	}, UpdatedAt: at(time.Minute)}
+	e.update(func(tx bus.Tx) error { return tx.ConnectionDelete(f.Q) })
+	err := e.s.Update(e.ctx, func(tx bus.Tx) error { return tx.SkillsPut(f.Q, sk) })
+	e.wantErr("SkillsPut of a removed connection", err, bus.ErrNotFound)
+	err = e.s.Update(e.ctx, func(tx bus.Tx) error { return tx.SkillsPut(bus.NewID(bus.PrefixConnection), sk) })
+	e.wantErr("SkillsPut of a connection that never existed", err, bus.ErrNotFound)
+	e.update(func(tx bus.Tx) error { return tx.ConnectionCreate(conn) })
+	e.view(func(tx bus.Tx) error {
+		got, err := tx.SkillsGet(f.Q)
+		if err == nil && (len(got.Registrations) != 0 || !got.UpdatedAt.IsZero()) {
+			e.t.Errorf("SkillsGet of a connection created again after a put of its removed namesake = %+v, want none", got)
+		}
+		return err
+	})
 }
 
 func testAudit(e *env) {
