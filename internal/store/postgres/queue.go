@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -26,11 +27,30 @@ func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (
 	return st, nil
 }
 
+// lockQueue holds the row of a queue's connection (FOR KEY SHARE) until
+// tx ends; bus.ErrNotFound when there is none. A removal of the connection
+// (ConnectionDelete) then waits for tx, and its later statements take
+// along what tx wrote; a removal that committed first makes the caller
+// fail, as SQLite's purge and redrive of a missing queue do, instead of
+// writing rows (a redrive's stories and messages) for a queue that is gone.
+func lockQueue(ctx context.Context, tx pgx.Tx, queueID string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM connections WHERE id = $1 FOR KEY SHARE`, queueID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: queue %s", bus.ErrNotFound, queueID)
+	}
+	return err
+}
+
 // QueuePurge deletes every message and story of a queue (not its dead
-// letters or ack records) and writes p.Audit, in one transaction.
+// letters or ack records) and writes p.Audit, in one transaction;
+// bus.ErrNotFound when the queue does not exist.
 func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error) {
 	var n int
 	_, err := s.write(ctx, func(tx pgx.Tx, _ *waker) error {
+		if err := lockQueue(ctx, tx, p.QueueID); err != nil {
+			return err
+		}
 		// The queue's part of each table, whatever the plan.
 		if err := probePlan(ctx, tx); err != nil {
 			return err
@@ -63,13 +83,17 @@ func (s *Store) QueuePurge(ctx context.Context, p *bus.PurgeParams) (int, error)
 }
 
 // DeadLetterList lists a queue's dead letters with id > after, oldest
-// first; limit <= 0 lists all.
+// first; limit <= 0 lists all; bus.ErrNotFound when the queue does not
+// exist.
 func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, after int64) ([]bus.DeadLetter, error) {
 	if limit <= 0 {
 		limit = 1 << 30
 	}
 	var out []bus.DeadLetter
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
+		if _, err := attemptLimit(ctx, tx, queueID); err != nil {
+			return err
+		}
 		// The queue's part of dead_letters_queue, whatever the plan.
 		rows, done, err := probeQuery(ctx, tx, `SELECT id, message_id, message_type, correlation_id, topic, producer_id,
 				receive_count, enqueued_at, dead_lettered_at, envelope
@@ -99,10 +123,14 @@ func (s *Store) DeadLetterList(ctx context.Context, queueID string, limit int, a
 
 // DeadLetterRedrive moves the named dead letters (all when p.MessageIDs is
 // nil) back to the tails of their stories in dead-letter id order, keeping
-// their enqueued_at, and writes p.Audit. Unknown ids are ignored.
+// their enqueued_at, and writes p.Audit. Unknown ids are ignored;
+// bus.ErrNotFound when the queue does not exist.
 func (s *Store) DeadLetterRedrive(ctx context.Context, p *bus.RedriveParams) (int, error) {
 	var n int
 	_, err := s.write(ctx, func(tx pgx.Tx, w *waker) error {
+		if err := lockQueue(ctx, tx, p.QueueID); err != nil {
+			return err
+		}
 		// The queue's dead letters and stories, whatever the plan.
 		if err := probePlan(ctx, tx); err != nil {
 			return err

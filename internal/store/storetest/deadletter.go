@@ -24,6 +24,34 @@ var deadLetterTests = []test{
 	{"RedriveBehindInFlightHead", testRedriveBehindInFlight},
 	{"MaintainMovesWithoutReceive", testMaintainMoves},
 	{"GiveBackUndoesTheClaim", testGiveBack},
+	{"MissingQueue", testDLMissingQueue},
+}
+
+// testDLMissingQueue: purge, the dead-letter listing and redrive of a
+// queue whose connection was removed (by a DELETE that overlapped the
+// bus's check that it exists), or never existed, are ErrNotFound and write
+// nothing, not even their audit entry.
+func testDLMissingQueue(e *env) {
+	f := e.fixture(1)
+	e.pub(f, T0, "s1", "m1")
+	d := e.receiveOne(f.Q, time.Minute, at(time.Second), "m1")
+	e.nackOK(f.Q, 0, at(time.Second), d.Handle) // attempt limit 1: a dead letter now
+	e.update(func(tx bus.Tx) error { return tx.ConnectionDelete(f.Q) })
+	audits := len(e.auditIDs(f.WS))
+	now := at(2 * time.Second)
+	for _, q := range []string{f.Q, bus.NewID(bus.PrefixConnection)} {
+		_, err := e.s.QueuePurge(e.ctx, &bus.PurgeParams{QueueID: q, Now: now, Audit: auditEntry(f.WS, "queue.purge", now)})
+		e.wantErr("QueuePurge of a missing queue", err, bus.ErrNotFound)
+		_, err = e.s.DeadLetterList(e.ctx, q, 10, 0)
+		e.wantErr("DeadLetterList of a missing queue", err, bus.ErrNotFound)
+		_, err = e.s.DeadLetterRedrive(e.ctx, &bus.RedriveParams{QueueID: q, Now: now, Audit: auditEntry(f.WS, "dead_letters.redrive", now)})
+		e.wantErr("DeadLetterRedrive of a missing queue", err, bus.ErrNotFound)
+		_, err = e.s.DeadLetterRedrive(e.ctx, &bus.RedriveParams{QueueID: q, MessageIDs: []string{"m1"}, Now: now, Audit: auditEntry(f.WS, "dead_letters.redrive", now)})
+		e.wantErr("DeadLetterRedrive of named ids of a missing queue", err, bus.ErrNotFound)
+	}
+	if n := len(e.auditIDs(f.WS)); n != audits {
+		e.t.Errorf("%d audit entries after the refused calls, want %d (none written)", n, audits)
+	}
 }
 
 // wantDL checks a dead letter against what was published.
