@@ -64,7 +64,7 @@ func (s *Service) view(ctx context.Context, c Connection, withStats bool) (Conne
 	if c.Kind == KindConsumer && withStats {
 		st, err := s.store.QueueStats(ctx, c.ID, s.clock.Now())
 		if err != nil {
-			return v, fmt.Errorf("queue stats: %w", err)
+			return v, connectionErr("queue stats", c.WorkspaceID, c.ID, err)
 		}
 		v.QueueStats = &st
 	}
@@ -228,9 +228,38 @@ func (s *Service) CreateConnection(ctx context.Context, a *Actor, workspaceID st
 func loadConnection(tx Tx, workspaceID, id string) (Connection, error) {
 	c, err := tx.ConnectionGet(id)
 	if errors.Is(err, ErrNotFound) || err == nil && c.WorkspaceID != workspaceID {
-		return Connection{}, Errorf(RuleManageNotFound, "Connection %s not found in workspace %s.", id, workspaceID)
+		return Connection{}, connectionNotFound(workspaceID, id)
 	}
 	return c, err
+}
+
+// connectionNotFound is the refusal of a connection that is not in the
+// workspace (or no longer is).
+func connectionNotFound(workspaceID, id string) *Error {
+	return Errorf(RuleManageNotFound, "Connection %s not found in workspace %s.", id, workspaceID)
+}
+
+// connectionErr is what a management call on connection id of workspaceID
+// returns for err, an error of its work with the store once loadConnection
+// (or requireConsumer) had found the connection. That check and the work
+// after it are not one snapshot: a removal of the connection that commits
+// in between (an overlapping DELETE of it) leaves the work no connection,
+// queue or row to change, and the store says so with ErrNotFound. The
+// connection is gone, as it would be for the same request sent a moment
+// later: 404 manage.not_found, never a 500. A refusal is returned as it
+// is; any other error is wrapped with what (a fault: 500, or 503 when the
+// store is out of reach).
+func connectionErr(what, workspaceID, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := AsError(err); ok {
+		return err
+	}
+	if errors.Is(err, ErrNotFound) {
+		return connectionNotFound(workspaceID, id)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // refusalOr returns err as it is when it is a refusal, else wrapped.
@@ -414,7 +443,7 @@ func (s *Service) UpdateConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, "connection.update", c.ID, details))
 	})
 	if err != nil {
-		return ConnectionView{}, refusalOr("update connection", err)
+		return ConnectionView{}, connectionErr("update connection", workspaceID, id, err)
 	}
 	s.cfg.OnConnectionChange(c.ID)
 	return s.view(ctx, c, true)
@@ -436,7 +465,7 @@ func (s *Service) RemoveConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, "connection.remove", id, map[string]any{"kind": c.Kind, "name": c.Name}))
 	})
 	if err != nil {
-		return refusalOr("remove connection", err)
+		return connectionErr("remove connection", workspaceID, id, err)
 	}
 	s.cfg.OnConnectionChange(id)
 	return nil
@@ -471,7 +500,7 @@ func (s *Service) changeConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, action, c.ID, details))
 	})
 	if err != nil {
-		return Connection{}, refusalOr(action, err)
+		return Connection{}, connectionErr(action, workspaceID, id, err)
 	}
 	s.cfg.OnConnectionChange(id)
 	return c, nil

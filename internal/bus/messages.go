@@ -490,7 +490,7 @@ func (s *Service) PutSkills(ctx context.Context, a *Actor, workspaceID, id strin
 		return tx.AuditInsert(s.audit(a, workspaceID, "skills.update", id, map[string]any{"registrations": len(regs)}))
 	})
 	if err != nil {
-		return Skills{}, fmt.Errorf("put skills: %w", err)
+		return Skills{}, connectionErr("put skills", workspaceID, id, err)
 	}
 	return sk, nil
 }
@@ -502,7 +502,7 @@ func (s *Service) GetSkills(ctx context.Context, a *Actor, workspaceID, id strin
 	}
 	sk, err := s.readSkills(ctx, id)
 	if err != nil {
-		return Skills{}, fmt.Errorf("get skills: %w", err)
+		return Skills{}, connectionErr("get skills", workspaceID, id, err)
 	}
 	return sk, nil
 }
@@ -546,7 +546,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a *Actor, workspaceID, id
 	}
 	dls, err := s.store.DeadLetterList(ctx, id, limit+1, after)
 	if err != nil {
-		return DeadLetterPage{}, fmt.Errorf("list dead letters: %w", err)
+		return DeadLetterPage{}, connectionErr("list dead letters", workspaceID, id, err)
 	}
 	page := DeadLetterPage{DeadLetters: dls}
 	if len(dls) > limit {
@@ -586,7 +586,7 @@ func (s *Service) Redrive(ctx context.Context, a *Actor, workspaceID, id string,
 	n, err := s.store.DeadLetterRedrive(ctx, &RedriveParams{QueueID: id, MessageIDs: ids, Now: s.clock.Now(),
 		Audit: s.audit(a, workspaceID, "dead_letters.redrive", id, details)})
 	if err != nil {
-		return 0, fmt.Errorf("redrive: %w", err)
+		return 0, connectionErr("redrive", workspaceID, id, err)
 	}
 	s.metrics.Redriven(n)
 	s.notifier.Notify(id, n)
@@ -600,7 +600,7 @@ func (s *Service) Purge(ctx context.Context, a *Actor, workspaceID, id string) (
 	}
 	n, err := s.store.QueuePurge(ctx, &PurgeParams{QueueID: id, Now: s.clock.Now(), Audit: s.audit(a, workspaceID, "queue.purge", id, nil)})
 	if err != nil {
-		return 0, fmt.Errorf("purge: %w", err)
+		return 0, connectionErr("purge", workspaceID, id, err)
 	}
 	return n, nil
 }

@@ -1,0 +1,208 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+	"github.com/sombus/sombus/internal/store/sqlite"
+	"github.com/sombus/sombus/internal/store/storetest"
+)
+
+// vanishingStore removes a connection right after the service has read it
+// (armed with the connection's id): in the same transaction when the read
+// was in an Update (as a DELETE that commits between a PostgreSQL
+// transaction's read of the row and its write does), else in a
+// transaction of its own once the View that read it ended (as a DELETE
+// that commits between the service's check that the connection exists and
+// its work with the store). It reproduces, one at a time, what overlapping
+// requests do.
+type vanishingStore struct {
+	bus.Store
+	armed string
+}
+
+type vanishingTx struct {
+	bus.Tx
+	s      *vanishingStore
+	update bool
+	read   bool // a View read the armed connection
+}
+
+func (t *vanishingTx) ConnectionGet(id string) (bus.Connection, error) {
+	c, err := t.Tx.ConnectionGet(id)
+	if err != nil || id != t.s.armed {
+		return c, err
+	}
+	if !t.update {
+		t.read = true
+		return c, nil
+	}
+	t.s.armed = ""
+	return c, t.Tx.ConnectionDelete(id)
+}
+
+func (s *vanishingStore) View(ctx context.Context, fn func(bus.Tx) error) error {
+	vt := &vanishingTx{s: s}
+	err := s.Store.View(ctx, func(tx bus.Tx) error { vt.Tx = tx; return fn(vt) })
+	if id := s.armed; vt.read && id != "" {
+		s.armed = ""
+		if derr := s.Store.Update(ctx, func(tx bus.Tx) error { return tx.ConnectionDelete(id) }); derr != nil {
+			return derr
+		}
+	}
+	return err
+}
+
+func (s *vanishingStore) Update(ctx context.Context, fn func(bus.Tx) error) error {
+	return s.Store.Update(ctx, func(tx bus.Tx) error { return fn(&vanishingTx{Tx: tx, s: s, update: true}) })
+}
+
+// testCredentials makes random secrets with their plain bytes as hashes.
+type testCredentials struct{}
+
+func (testCredentials) NewSecret() (string, []byte) { p := rand.Text(); return p, []byte(p) }
+func (testCredentials) NewAPIKey() (string, []byte) { p := rand.Text(); return p, []byte(p) }
+func (testCredentials) Hash(p string) []byte        { return []byte(p) }
+func (testCredentials) HashPassword(p string) string {
+	return p
+}
+func (testCredentials) PasswordMatches(p, h string) bool { return h != "" && p == h }
+
+// TestConnectionRemovedMeanwhileIsNotFound: every management call on a
+// connection whose removal commits after the call found the connection and
+// before its work with the store (an overlapping DELETE of it) answers 404
+// manage.not_found, as the same call a moment later does, on both stores:
+// never a 500 from the store's "not found" of the connection, its queue or
+// the row to change.
+func TestConnectionRemovedMeanwhileIsNotFound(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		name  string
+		setup func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error
+		do    func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error
+	}
+	issue := func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+		_, err := svc.IssueSecret(ctx, a, ws, id)
+		return err
+	}
+	calls := []call{
+		{name: "update", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.UpdateConnection(ctx, a, ws, id, bus.ConnectionParams{Name: ptr("renamed")})
+			return err
+		}},
+		{name: "remove", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			return svc.RemoveConnection(ctx, a, ws, id)
+		}},
+		{name: "issue secret", do: issue},
+		{name: "rotate secret", setup: issue, do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.RotateSecret(ctx, a, ws, id, "1h")
+			return err
+		}},
+		{name: "stop previous secret", setup: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			if err := issue(ctx, svc, a, ws, id); err != nil {
+				return err
+			}
+			_, err := svc.RotateSecret(ctx, a, ws, id, "1h")
+			return err
+		}, do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.StopPreviousSecret(ctx, a, ws, id)
+			return err
+		}},
+		{name: "revoke secret", setup: issue, do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.RevokeSecret(ctx, a, ws, id)
+			return err
+		}},
+		{name: "revoke", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.SetConnectionStatus(ctx, a, ws, id, bus.StatusRevoked)
+			return err
+		}},
+		{name: "restore", setup: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.SetConnectionStatus(ctx, a, ws, id, bus.StatusRevoked)
+			return err
+		}, do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.SetConnectionStatus(ctx, a, ws, id, bus.StatusActive)
+			return err
+		}},
+		{name: "put skills", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.PutSkills(ctx, a, ws, id, []bus.SkillRegistration{{InstanceID: "i1", Skill: "s", Name: "n", Values: json.RawMessage(`{}`)}})
+			return err
+		}},
+		{name: "get skills", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.GetSkills(ctx, a, ws, id)
+			return err
+		}},
+		{name: "list dead letters", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.ListDeadLetters(ctx, a, ws, id, 10, 0)
+			return err
+		}},
+		{name: "redrive", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.Redrive(ctx, a, ws, id, nil)
+			return err
+		}},
+		{name: "purge", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
+			_, err := svc.Purge(ctx, a, ws, id)
+			return err
+		}},
+	}
+	for name, open := range map[string]func(t *testing.T) bus.Store{
+		"sqlite": func(t *testing.T) bus.Store {
+			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bus.db"), storetest.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		"postgres": func(t *testing.T) bus.Store {
+			s, err := postgres.Open(t.Context(), pgtest.URL(t), storetest.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store := &vanishingStore{Store: open(t)}
+			clock := bus.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+			svc := bus.NewService(bus.Config{Store: store, Clock: clock, Credentials: testCredentials{}, Logger: storetest.Logger(t)})
+			op := &bus.Actor{User: bus.User{ID: bus.NewID(bus.PrefixUser), Name: "op", Email: "op@example.com", Operator: true, CreatedAt: clock.Now()}, Roles: map[string]bus.Role{}}
+			if err := store.Update(ctx, func(tx bus.Tx) error { return tx.UserCreate(op.User) }); err != nil {
+				t.Fatal(err)
+			}
+			ws, err := svc.CreateWorkspace(ctx, op, "ws")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range calls {
+				v, err := svc.CreateConnection(ctx, op, ws.ID, bus.ConnectionParams{Kind: ptr(bus.KindConsumer), Name: ptr(c.name),
+					Subscriptions: &[]bus.Subscription{{Topic: "som.>"}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.setup != nil {
+					if err := c.setup(ctx, svc, op, ws.ID, v.ID); err != nil {
+						t.Fatalf("%s: setup: %v", c.name, err)
+					}
+				}
+				store.armed = v.ID
+				err = c.do(ctx, svc, op, ws.ID, v.ID)
+				if store.armed != "" {
+					t.Fatalf("%s: the connection was never read, so never removed", c.name)
+				}
+				if e, ok := bus.AsError(err); !ok || e.Status != 404 || e.Rule() != bus.RuleManageNotFound {
+					t.Errorf("%s of a connection removed meanwhile: %v, want 404 %s", c.name, err, bus.RuleManageNotFound)
+				}
+			}
+		})
+	}
+}
