@@ -401,7 +401,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		go func() { s.serveErr <- s.http.Serve(pln) }()
 	}
 	ok = true
-	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", redactStore(cfg.Store), "environment", cfg.Environment)
+	log.Info("sombus listening", "url", url, "public_url", cfg.PublicURL, "store", store.Redact(cfg.Store), "environment", cfg.Environment)
 	fmt.Fprintf(cfg.Stdout, "sombus is listening on %s\n  API:     %s/v1\n  portal:  %s/portal/\n  OpenAPI: %s/v1/openapi.json\n", url, cfg.PublicURL, cfg.PublicURL, cfg.PublicURL)
 	return s, nil
 }
@@ -532,19 +532,6 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// redactStore hides a password in a store URL for the log.
-func redactStore(spec string) string {
-	if i := strings.Index(spec, "://"); i >= 0 {
-		if j := strings.Index(spec[i+3:], "@"); j >= 0 {
-			creds := spec[i+3 : i+3+j]
-			if k := strings.Index(creds, ":"); k >= 0 {
-				return spec[:i+3] + creds[:k] + ":***" + spec[i+3+j:]
-			}
-		}
-	}
-	return spec
 }
 
 // Service returns the node's bus (tests use it to run maintenance now).

@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // FuzzParseSpec: a --store value is accepted only as a SQLite file path
@@ -16,7 +18,8 @@ func FuzzParseSpec(f *testing.F) {
 		"sqlite:file:x.db", "sqlite:x#y", "sqlite:x?%zz", "sqlite:a b/c.db",
 		"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgresql://u:s3cr3t-pw@h/db?pool_max_conns=20",
 		"postgres://u:s3cr3t-pw@h:99999/db", "postgres://u:s3cr3t-pw@h/db?sslmode=bogus", "postgres://u:s3cr3t-pw@[::1/db",
-		"postgres://u:s3cr3t%zz@h/db", "postgres://u:my secret@h/db", "postgres://u:pw@h/db?x=1 2", "postgres://u:pw@h/db?pool_max_conns=x", "postgres://", "mysql://x", "", "SQLITE:x",
+		"postgres://u:s3cr3t%zz@h/db", "postgres://u:my secret@h/db", "postgres://u:pw@h/db?x=1 2", "postgres://u:pw@h/db?pool_max_conns=x", "postgres://h/db?sslmode=disable&password=s3cr3t-query",
+		"postgres://h/db?pass%77ord=s3cr3t-query", "postgres://", "mysql://x", "", "SQLITE:x",
 	} {
 		f.Add(s)
 	}
@@ -66,6 +69,13 @@ func FuzzParseSpec(f *testing.F) {
 		case KindPostgres:
 			if s.Target != spec || s.Path != "" {
 				t.Fatalf("%q parsed as %+v", spec, s)
+			}
+			// The password pgx reads, wherever the URL holds it, is not in
+			// the value the log shows.
+			if cfg, err := pgconn.ParseConfig(spec); err == nil {
+				if pw := cfg.Password; len(pw) >= 4 && strings.Count(spec, pw) == 1 && strings.Contains(Redact(spec), pw) {
+					t.Fatalf("Redact(%q) = %q shows the password %q", spec, Redact(spec), pw)
+				}
 			}
 		default:
 			t.Fatalf("%q parsed as kind %q", spec, s.Kind)
