@@ -154,7 +154,8 @@ func (e *BodyTimeoutError) Unwrap() error { return os.ErrDeadlineExceeded }
 //     connection only to notice a client that goes away). A handler that
 //     refuses the request without reading its body is covered too: the
 //     server reads what is left of the body before it answers, under the
-//     same deadline, and closes the connection when it runs out. Requests
+//     same deadline, and closes the connection when it runs out (a refusal
+//     of a body as too large closes it at once instead, CloseUnread). Requests
 //     without a body, long polls among them, get no deadline: they may wait
 //     as long as they ask. A body read that runs out returns a
 //     *BodyTimeoutError.
@@ -175,6 +176,30 @@ func Handler(next http.Handler, proxies Proxies, bodyTimeout time.Duration) http
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Oversized reports whether r declares (by its Content-Length) a body over
+// limit bytes. Its route then refuses it at once (413), without reading
+// any of it, and the answer closes the connection (CloseUnread).
+func Oversized(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	if r.ContentLength <= limit {
+		return false
+	}
+	CloseUnread(w, r)
+	return true
+}
+
+// CloseUnread has the answer to r close its HTTP/1.x connection: r's body
+// is refused as too large and left unread. Otherwise net/http reads what
+// is left of a body under 256 KiB before it answers, so as to serve the
+// next request on the connection, and that read waits for as long as the
+// body timeout allows when the client declares more than it sends: a
+// refusal that should be at once would come only then. (HTTP/2 ends the
+// stream instead and keeps the connection.)
+func CloseUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // deadlineBody names the error of a body that did not arrive in time.

@@ -110,6 +110,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
 	}
+	if e.Status == http.StatusRequestEntityTooLarge {
+		edge.CloseUnread(w, r) // the body is refused unread: answer at once
+	}
 	if e.Status == http.StatusMethodNotAllowed && w.Header().Get("Allow") == "" {
 		w.Header().Set("Allow", "")
 	}

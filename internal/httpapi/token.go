@@ -48,13 +48,19 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
 		return nil
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, limitToken)
-	if err := r.ParseForm(); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			s.refuseToken(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
-			return nil
-		}
+	tooLarge := edge.Oversized(w, r, limitToken)
+	if !tooLarge {
+		r.Body = http.MaxBytesReader(w, r.Body, limitToken)
+		err = r.ParseForm()
+		var mb *http.MaxBytesError
+		tooLarge = errors.As(err, &mb)
+	}
+	if tooLarge {
+		edge.CloseUnread(w, r)
+		s.refuseToken(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
+		return nil
+	}
+	if err != nil {
 		var slow *edge.BodyTimeoutError
 		if errors.As(err, &slow) {
 			s.refuseToken(w, http.StatusBadRequest, "invalid_request", "The form body did not arrive within "+slow.Timeout.String()+".", 0)

@@ -291,13 +291,20 @@ func (p *Portal) toSignIn(w http.ResponseWriter, r *http.Request, ended bool) {
 // readForm parses a form body of at most maxFormBytes; false when it
 // answered a refusal.
 func (p *Portal) readForm(w http.ResponseWriter, r *http.Request, s *Session) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
+	var err error
+	tooLarge := edge.Oversized(w, r, maxFormBytes)
+	if !tooLarge {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		err = r.ParseForm()
 		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			p.renderError(w, r, s, http.StatusRequestEntityTooLarge, "Form too large", "The form sent more than 64 KiB. Shorten what you typed and send it again.")
-			return false
-		}
+		tooLarge = errors.As(err, &mb)
+	}
+	if tooLarge {
+		edge.CloseUnread(w, r)
+		p.renderError(w, r, s, http.StatusRequestEntityTooLarge, "Form too large", "The form sent more than 64 KiB. Shorten what you typed and send it again.")
+		return false
+	}
+	if err != nil {
 		p.renderError(w, r, s, http.StatusBadRequest, "Unreadable form", "The portal could not read the form that was sent. Reload the page and try again.")
 		return false
 	}

@@ -368,3 +368,55 @@ func TestSilentBodyIsCutOverHTTP2(t *testing.T) {
 		t.Fatalf("whoami after a cut stream: %d", resp.StatusCode)
 	}
 }
+
+// A body declared (Content-Length) over its route's limit is refused 413
+// at once, on every route with a limit, while the client still holds the
+// rest of the body back: not when the body timeout runs out, which is when
+// net/http would stop waiting for a body under 256 KiB that it reads
+// before answering, to keep the connection. The answer closes the
+// connection, as nothing read the body.
+func TestDeclaredOversizeBodyIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	const timeout = 20 * time.Second
+	n := startEdge(t, server.Config{BodyTimeout: timeout})
+	p := n.NewPair(nil)
+	const form, jsonType = "Content-Type: application/x-www-form-urlencoded\r\n", "Content-Type: application/json\r\n"
+	consumer := "POST /v1/tenants/" + p.WS + "/consumers/" + p.Consumer
+	cases := []struct {
+		name, head string
+		length     int
+		says       string
+	}{
+		{"ack", consumer + "/ack HTTP/1.1\r\n" + jsonType + "Authorization: Bearer " + p.ConsumTok + "\r\n", 64<<10 + 1, `"` + bus.RulePullBadRequest + `"`},
+		{"nack", consumer + "/nack HTTP/1.1\r\n" + jsonType + "Authorization: Bearer " + p.ConsumTok + "\r\n", 100000, `"` + bus.RulePullBadRequest + `"`},
+		{"token", "POST /v1/oauth/token HTTP/1.1\r\n" + form, 70000, `"invalid_request"`},
+		{"publish", "POST /v1/tenants/" + p.WS + "/messages HTTP/1.1\r\n" + jsonType + "Authorization: Bearer " + p.ProducerTok + "\r\n", 256<<10 + 1, `"` + bus.RuleEnvelopeTooLarge + `"`},
+		{"batch", "POST /v1/tenants/" + p.WS + "/messages/batch HTTP/1.1\r\n" + jsonType + "Authorization: Bearer " + p.ProducerTok + "\r\n", 1<<20 + 1, `"` + bus.RuleEnvelopeTooLarge + `"`},
+		{"management", "POST /v1/manage/users HTTP/1.1\r\n" + jsonType + "Authorization: Bearer " + servertest.BootstrapKey + "\r\n", 1<<20 + 1, `"` + bus.RuleManageBadRequest + `"`},
+		{"portal form", "POST /portal/signin HTTP/1.1\r\n" + form, 64<<10 + 1, "Form too large"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, n)
+			start := time.Now()
+			// One byte of the body; the rest is held back until the answer.
+			if _, err := fmt.Fprintf(c, "%sHost: sombus\r\nContent-Length: %d\r\n\r\n{", tc.head, tc.length); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(start.Add(timeout / 2))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer within half the body timeout while the body is held back: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), tc.says) {
+				t.Errorf("answer %d %s, want 413 saying %s", resp.StatusCode, b, tc.says)
+			}
+			if !resp.Close {
+				t.Errorf("the answer keeps the connection open with an unread body")
+			}
+		})
+	}
+}
