@@ -178,6 +178,16 @@ func Handler(next http.Handler, proxies Proxies, bodyTimeout time.Duration) http
 	})
 }
 
+// CleanPath reports whether p is a clean path: absolute, without an empty
+// segment ("//"), nor a "." or ".." segment. http.ServeMux redirects any
+// other path to its cleaned form (a 301 that a client following redirects
+// answers with a GET, or a 307 that has it send its POST again, elsewhere);
+// sombus's routes answer such a path as the address of nothing instead.
+func CleanPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.Contains(p, "//") && !strings.Contains(p, "/./") &&
+		!strings.Contains(p, "/../") && !strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
+}
+
 // Oversized reports whether r declares (by its Content-Length) a body over
 // limit bytes. Its route then refuses it at once (413), without reading
 // any of it, and the answer closes the connection (CloseUnread).

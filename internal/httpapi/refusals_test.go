@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/server/servertest"
 )
 
 // TestPullRefusals: the pull API's 401/403 rules on every pull route, and on
@@ -106,6 +107,67 @@ func TestRoutes(t *testing.T) {
 		wantMessage(t, msg, c.method)
 		if !strings.Contains(r.Header.Get("Allow"), c.allow) {
 			t.Errorf("%s %s: Allow %q, want %s", c.method, c.path, r.Header.Get("Allow"), c.allow)
+		}
+	}
+}
+
+// TestUncleanPathsAreNotFound: a path with an empty, "." or ".." segment
+// answers like any unknown route, 404 route.not_found with the refusal
+// body, for every method, and never a redirect to its cleaned path (which
+// a client following redirects would send its POST to again). Under the
+// portal it is the portal's not-found page; the portal's own paths work.
+func TestUncleanPathsAreNotFound(t *testing.T) {
+	t.Parallel()
+	n := start(t)
+	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path, body string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, n.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+opKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	for _, path := range []string{
+		"/v1//tenants/w1/consumers/c1/ack", "//v1/manage/whoami", "/v1/./manage/whoami", "/v1/manage/../manage/whoami",
+		"/v1/manage/whoami/.", "/v1/manage/whoami/..", "/v1/manage/whoami//", "/v1/%2e%2e/v1/manage/whoami", "/healthz/.",
+	} {
+		for _, method := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+			resp, b := send(method, path, `{"receipt_handles":["x"]}`)
+			if resp.StatusCode != 404 || resp.Header.Get("Location") != "" {
+				t.Errorf("%s %s: %d Location %q, want 404 without one", method, path, resp.StatusCode, resp.Header.Get("Location"))
+				continue
+			}
+			if method != "HEAD" {
+				msg := wantRefusal(t, &servertest.Response{Status: resp.StatusCode, Body: b}, 404, "route.not_found")
+				wantMessage(t, msg, method)
+			}
+		}
+	}
+	for _, path := range []string{"/portal//signin", "/portal/./signin", "/portal/static/../signin", "/portal/static//portal.css"} {
+		for _, method := range []string{"GET", "POST"} {
+			resp, b := send(method, path, "")
+			if resp.StatusCode != 404 || resp.Header.Get("Location") != "" || !strings.Contains(string(b), "Page not found") {
+				t.Errorf("%s %s: %d Location %q, want the portal's 404 page: %.200s", method, path, resp.StatusCode, resp.Header.Get("Location"), b)
+			}
+		}
+	}
+	for _, c := range []struct {
+		path     string
+		status   int
+		location string
+	}{{"/portal/signin", 200, ""}, {"/portal/static/portal.css", 200, ""}, {"/portal", 301, "/portal/"}, {"/portal/", 303, "/portal/signin"}} {
+		resp, _ := send("GET", c.path, "")
+		if resp.StatusCode != c.status || !strings.HasPrefix(resp.Header.Get("Location"), c.location) {
+			t.Errorf("GET %s: %d Location %q, want %d %q", c.path, resp.StatusCode, resp.Header.Get("Location"), c.status, c.location)
 		}
 	}
 }

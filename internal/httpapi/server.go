@@ -227,6 +227,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, &bus.Error{Status: 500, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}})
 		}
 	}()
+	if !edge.CleanPath(r.URL.Path) {
+		// Before the mux, which would redirect it to its cleaned path.
+		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s: a path with an empty, \".\" or \"..\" segment names no route.",
+			r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		s.noRoute(w, r)
 		return

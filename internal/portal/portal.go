@@ -185,10 +185,15 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
 		return
 	}
+	if !edge.CleanPath(r.URL.Path) {
+		// Before the mux, which would redirect it (a form posted again).
+		p.renderError(w, r, nil, http.StatusNotFound, "Page not found", "There is no portal page at this address.")
+		return
+	}
 	h2, pattern := p.mux.Handler(r)
 	if pattern == "" {
-		// Let the mux answer its redirects (unclean paths); 404 and 405
-		// become pages.
+		// Let the mux answer its redirects (a missing trailing slash);
+		// 404 and 405 become pages.
 		code, header := edge.Recorded(h2, r)
 		switch code {
 		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
