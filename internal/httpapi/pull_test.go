@@ -870,3 +870,26 @@ func TestHeadOnReceiveTakesNothing(t *testing.T) {
 		t.Fatalf("receive_count %d after the HEADs, want 1", m.ReceiveCount)
 	}
 }
+
+// TestReceiveAllowsOnlyGet: every other method on the receive route is
+// refused with the same Allow header and message as HEAD is, GET alone
+// (the mux would offer HEAD, which the route refuses); a GET route that
+// serves HEAD still offers it.
+func TestReceiveAllowsOnlyGet(t *testing.T) {
+	t.Parallel()
+	n := mpStart(t)
+	p := mpPair(n, nil)
+	for _, method := range []string{"HEAD", "OPTIONS", "PUT", "POST", "PATCH", "DELETE"} {
+		r := n.Do(method, p.MessagesPath(), p.ConsumTok, nil)
+		if r.Status != 405 || method != "HEAD" && r.Rule() != bus.RuleMethodNotAllowed || r.Header.Get("Allow") != "GET" {
+			t.Errorf("%s: %d %s, Allow %q; want 405 %s, Allow GET", method, r.Status, r.Rule(), r.Header.Get("Allow"), bus.RuleMethodNotAllowed)
+		}
+		if method != "HEAD" && !strings.Contains(string(r.Body), "allowed: GET.") {
+			t.Errorf("%s: message %s does not say allowed: GET.", method, r.Body)
+		}
+	}
+	r := n.Do("POST", "/v1/tenants/"+p.WS+"/consumers/"+p.Consumer+"/skills", p.ConsumTok, nil)
+	if r.Status != 405 || r.Header.Get("Allow") != "GET, HEAD" || !strings.Contains(string(r.Body), "allowed: GET, HEAD.") {
+		t.Errorf("POST on skills: %d, Allow %q, %s; want 405, Allow GET, HEAD", r.Status, r.Header.Get("Allow"), r.Body)
+	}
+}

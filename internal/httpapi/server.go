@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ type Config struct {
 	// bus.ErrTimedOut). Zero: no limit.
 	StoreTimeout time.Duration
 }
+
+// patternReceive is the receive route, which refuses HEAD (see receive).
+const patternReceive = "GET /v1/tenants/{t}/consumers/{c}/messages"
 
 // maxWait is the longest wait of a long poll, and its default.
 const maxWait = 20 * time.Second
@@ -171,7 +175,7 @@ func (s *Server) routes() {
 	s.handleBounded("POST /v1/tenants/{t}/messages/batch", nil, s.publishBatch)
 	// The pull routes answer store unavailability with the pull API's own
 	// rules, whichever step could not reach the store.
-	s.handleBounded("GET /v1/tenants/{t}/consumers/{c}/messages", pollWait, unavailableRule(bus.RuleQueueUnavailable, s.receive))
+	s.handleBounded(patternReceive, pollWait, unavailableRule(bus.RuleQueueUnavailable, s.receive))
 	s.handleBounded("POST /v1/tenants/{t}/consumers/{c}/ack", nil, unavailableRule(bus.RuleQueueUnavailable, s.ack))
 	s.handleBounded("POST /v1/tenants/{t}/consumers/{c}/nack", nil, unavailableRule(bus.RuleQueueUnavailable, s.nack))
 	s.handleBounded("GET /v1/tenants/{t}/consumers/{c}/skills", nil, unavailableRule(bus.RuleSkillsUnavailable, s.skills))
@@ -196,8 +200,9 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	h, _ := s.mux.Handler(r)
 	code, header := edge.Recorded(h, r)
 	if code == http.StatusMethodNotAllowed {
-		w.Header().Set("Allow", header.Get("Allow"))
-		writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, header.Get("Allow")))
+		allow := s.allowed(r, header.Get("Allow"))
+		w.Header().Set("Allow", allow)
+		writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
 		return
 	}
 	if code == http.StatusMovedPermanently || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
@@ -205,6 +210,19 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+}
+
+// allowed is the Allow list of r's path: the mux's (which offers HEAD
+// wherever GET is), without HEAD on the receive route, whose handler
+// refuses it.
+func (s *Server) allowed(r *http.Request, allow string) string {
+	get := r.Clone(r.Context())
+	get.Method = http.MethodGet
+	if _, pattern := s.mux.Handler(get); pattern != patternReceive {
+		return allow
+	}
+	methods := slices.DeleteFunc(strings.Split(allow, ", "), func(m string) bool { return m == http.MethodHead })
+	return strings.Join(methods, ", ")
 }
 
 // unavailableRule makes h's store unavailability answer rule (see
