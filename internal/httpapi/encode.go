@@ -96,7 +96,7 @@ func appendPublishResult(dst []byte, r *bus.PublishResult) []byte {
 			dst = append(dst, `{"rule":`...)
 			dst = jsonenc.AppendString(dst, v.Rule, false)
 			dst = append(dst, `,"message":`...)
-			dst = jsonenc.AppendString(dst, v.Message, false)
+			dst = jsonenc.AppendString(dst, cutText(v.Message, maxMessageBytes), false)
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')

@@ -134,17 +134,32 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // came back whole in the refusal before.
 const maxMessageBytes = 1024
 
-// cutText is s cut to at most n bytes, at a rune's start, saying how much
-// it left out.
+// cutText is s cut to at most n bytes (n over 40), at a rune's start,
+// saying how much it left out.
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	k := n - 40 // room for the note
-	for k > 0 && !utf8.RuneStart(s[k]) {
-		k--
+	// Back to the start of the rune, at most a rune's length (in bytes
+	// that are not UTF-8 any byte will do).
+	for j := k; j > k-utf8.UTFMax && j > 0; j-- {
+		if utf8.RuneStart(s[j]) {
+			k = j
+			break
+		}
 	}
 	return s[:k] + fmt.Sprintf("… (%d bytes cut)", len(s)-k)
+}
+
+// utf8Charset reports whether a charset label names UTF-8 or a subset of
+// it (ASCII), which a JSON body may carry.
+func utf8Charset(cs string) bool {
+	switch strings.ToLower(cs) {
+	case "utf-8", "utf8", "us-ascii", "ascii":
+		return true
+	}
+	return false
 }
 
 // bodyOptions say how to read a JSON body.
@@ -165,7 +180,7 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 		}
 		// JSON is UTF-8 here: a body said to be in another charset would be
 		// read as UTF-8 all the same.
-		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		if cs, ok := params["charset"]; ok && !utf8Charset(cs) {
 			return nil, bus.Errorf(o.rule, "Content-Type's charset must be utf-8 (got %q).", cs)
 		}
 	}
@@ -289,9 +304,9 @@ func describeJSONError(err error) string {
 			// an exponent, or too many digits. (A whole number out of the
 			// field's own range is refused by the route, with the range.)
 			if strings.ContainsAny(num, ".eE") {
-				return fmt.Sprintf("Field %q must be a whole number, not %s.", field, num)
+				return fmt.Sprintf("Field %q must be an integer written without a fraction or an exponent, not %s.", field, num)
 			}
-			return fmt.Sprintf("Field %q must be a whole number, not %s: it is far too large.", field, num)
+			return fmt.Sprintf("Field %q must be an integer, not %s: it is out of range.", field, num)
 		}
 		return fmt.Sprintf("Field %q must be %s, not %s.", field, jsonKind(kind.String()), te.Value)
 	case errors.As(err, &se):

@@ -76,11 +76,12 @@ func TestDecodeStrictNamesWholeNumbers(t *testing.T) {
 		Name         string
 	}
 	for body, want := range map[string]string{
-		`{"delay_seconds":1.0}`:          `Field "delay_seconds" must be a whole number, not 1.0.`,
-		`{"delay_seconds":1e2}`:          `Field "delay_seconds" must be a whole number, not 1e2.`,
-		`{"limit":99999999999999999999}`: `Field "limit" must be a whole number, not 99999999999999999999: it is far too large.`,
-		`{"delay_seconds":"5"}`:          `Field "delay_seconds" must be a number, not string.`,
-		`{"Name":5}`:                     `Field "Name" must be a string, not number.`,
+		`{"delay_seconds":1.0}`:           `Field "delay_seconds" must be an integer written without a fraction or an exponent, not 1.0.`,
+		`{"delay_seconds":1e2}`:           `Field "delay_seconds" must be an integer written without a fraction or an exponent, not 1e2.`,
+		`{"limit":99999999999999999999}`:  `Field "limit" must be an integer, not 99999999999999999999: it is out of range.`,
+		`{"limit":-99999999999999999999}`: `Field "limit" must be an integer, not -99999999999999999999: it is out of range.`,
+		`{"delay_seconds":"5"}`:           `Field "delay_seconds" must be a number, not string.`,
+		`{"Name":5}`:                      `Field "Name" must be a string, not number.`,
 	} {
 		err := decodeStrict([]byte(body), &v, bus.RuleManageBadRequest)
 		if e, ok := bus.AsError(err); !ok || len(e.Violations) != 1 || e.Violations[0].Message != want {
@@ -93,7 +94,7 @@ func TestDecodeStrictNamesWholeNumbers(t *testing.T) {
 // maxMessageBytes at a rune's start, saying how much it left out, in the
 // answer only (the error keeps its whole message).
 func TestRefusalMessagesAreCut(t *testing.T) {
-	long := `Unknown quota tier "` + strings.Repeat("é", 500_000) + `".`
+	long := `Unknown quota tier "` + strings.Repeat("€", 500_000) + `".` // 3 bytes a rune
 	e := bus.Errorf(bus.RuleManageBadRequest, "%s", long)
 	w := httptest.NewRecorder()
 	writeError(w, httptest.NewRequest("POST", "/v1/manage/workspaces", nil), slog.New(slog.DiscardHandler), e)
@@ -104,12 +105,17 @@ func TestRefusalMessagesAreCut(t *testing.T) {
 		t.Fatalf("%d %.200s: %v", w.Code, w.Body.String(), err)
 	}
 	msg := body.Violations[0].Message
-	if len(msg) > maxMessageBytes || !utf8.ValidString(msg) || !strings.HasPrefix(msg, `Unknown quota tier "éé`) ||
+	if len(msg) > maxMessageBytes || !utf8.ValidString(msg) || !strings.HasPrefix(msg, `Unknown quota tier "€€`) ||
 		!strings.HasSuffix(msg, fmt.Sprintf("(%d bytes cut)", len(long)-strings.Index(msg, "…"))) {
 		t.Fatalf("the answer's message (%d bytes): %.100s…%s", len(msg), msg, msg[max(0, len(msg)-60):])
 	}
 	if got := e.Violations[0].Message; got != long {
 		t.Fatalf("the error's own message was cut too (%d bytes)", len(got))
+	}
+	// A batch's results carry their envelopes' refusals in a 200: cut too.
+	out := appendPublishResults(nil, []bus.PublishResult{{Violations: []bus.Violation{{Rule: bus.RuleEnvelopeMalformed, Message: long}}}})
+	if len(out) > 2*maxMessageBytes || !utf8.Valid(out) {
+		t.Fatalf("a batch result of %d bytes for a %d-byte message", len(out), len(long))
 	}
 	if short := cutText("short", maxMessageBytes); short != "short" {
 		t.Fatalf("a short message: %q", short)
@@ -127,6 +133,8 @@ func TestReadBodyRefusesOtherCharsetsAndEncodings(t *testing.T) {
 		{"application/json", "", true},
 		{"application/json; charset=utf-8", "", true},
 		{"application/json; charset=UTF-8", "identity", true},
+		{"application/json; charset=utf8", "", true},
+		{"application/json; charset=us-ascii", "", true},
 		{"application/json; charset=utf-16", "", false},
 		{"application/json; charset=latin1", "", false},
 		{"application/json", "gzip", false},
