@@ -15,7 +15,7 @@ const infoDescription = `The HTTP contract of sombus. The consumer pull API foll
 - Request bodies refuse unknown fields (` + "`additionalProperties: false`" + `), except the token endpoint's form (RFC 6749 §3.1) and the SOM envelope itself (decision 19).
 - JSON bodies and envelopes must be valid UTF-8 with unique member names, at most 64 levels of nesting and numbers of at most 100 characters (decision 25).
 - A query parameter may be given at most once (decision 26).
-- A JSON body is sent with ` + "`Content-Type: application/json`" + ` (a ` + "`charset`" + `, if given, is ` + "`utf-8`" + `) and uncompressed (no ` + "`Content-Encoding`" + ` but ` + "`identity`" + `); anything else is 400 with the route's bad-request rule, naming the header.
+- A JSON body is sent with ` + "`Content-Type: application/json`" + ` (a ` + "`charset`" + `, if given, is ` + "`utf-8`" + ` or ASCII) and uncompressed (no ` + "`Content-Encoding`" + ` but ` + "`identity`" + `); anything else is 400 with the route's bad-request rule, naming the header.
 - A refusal's message may quote what was sent (a value, a name); past 1 KiB it is cut, saying how many bytes it left out.
 - Body limits: ack and nack 64 KiB; publish 256 KiB; batch publish and management 1 MiB; over the limit is 413 with the route's bad-request rule (publish: ` + "`envelope.too_large`" + `).
 - Unknown routes answer 404 ` + "`route.not_found`" + `; a wrong method 405 ` + "`route.method_not_allowed`" + ` (components/responses RouteNotFound and MethodNotAllowed).
