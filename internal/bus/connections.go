@@ -443,7 +443,7 @@ func (s *Service) UpdateConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, "connection.update", c.ID, details))
 	})
 	if err != nil {
-		return ConnectionView{}, connectionErr("update connection", workspaceID, id, err)
+		return ConnectionView{}, refusalOr("update connection", err)
 	}
 	s.cfg.OnConnectionChange(c.ID)
 	return s.view(ctx, c, true)
@@ -465,7 +465,7 @@ func (s *Service) RemoveConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, "connection.remove", id, map[string]any{"kind": c.Kind, "name": c.Name}))
 	})
 	if err != nil {
-		return connectionErr("remove connection", workspaceID, id, err)
+		return refusalOr("remove connection", err)
 	}
 	s.cfg.OnConnectionChange(id)
 	return nil
@@ -500,7 +500,7 @@ func (s *Service) changeConnection(ctx context.Context, a *Actor, workspaceID, i
 		return tx.AuditInsert(s.audit(a, workspaceID, action, c.ID, details))
 	})
 	if err != nil {
-		return Connection{}, connectionErr(action, workspaceID, id, err)
+		return Connection{}, refusalOr(action, err)
 	}
 	s.cfg.OnConnectionChange(id)
 	return c, nil
