@@ -166,11 +166,16 @@ func (s *Service) SignIn(ctx context.Context, email, password string, p SessionP
 	now := s.clock.Now()
 	sess = Session{TokenHash: s.cfg.Credentials.Hash(token), UserID: u.ID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now}
 	err = s.store.Update(ctx, func(tx Tx) error {
-		// Sessions that ended are swept here, at the rate of sign-ins.
-		if _, err := tx.SessionDeleteExpired(now.Add(-p.Idle), now.Add(-p.Absolute)); err != nil {
+		// The session first: like a password change, which writes the
+		// user's row and then deletes the user's sessions, it takes the
+		// user's row before any session's, so that the two never wait for
+		// each other in a cycle.
+		if err := tx.SessionCreate(sess); err != nil {
 			return err
 		}
-		return tx.SessionCreate(sess)
+		// Sessions that ended are swept here, at the rate of sign-ins.
+		_, err := tx.SessionDeleteExpired(now.Add(-p.Idle), now.Add(-p.Absolute))
+		return err
 	})
 	if err != nil {
 		return "", Session{}, fmt.Errorf("begin session: %w", err)
