@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,14 +36,29 @@ func TestUpdateReadsLockTheConnection(t *testing.T) {
 		})
 	}
 	read, second := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
 	first := make(chan error, 1)
 	go func() {
 		first <- issue("first", func() {
-			close(read)
-			// Time for the second to reach its read: with the lock it
-			// waits there until this transaction ends; without it, it
-			// reads the row as it is now.
-			time.Sleep(200 * time.Millisecond)
+			once.Do(func() { close(read) }) // once: the transaction may be run again
+			// Hold the row until the second waits for it (with the lock)
+			// or is done (without it: it read the row as it is now).
+			for deadline := time.Now().Add(10 * time.Second); len(second) == 0; time.Sleep(5 * time.Millisecond) {
+				var waiting int
+				if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM connections WHERE id = $1 FOR NO KEY UPDATE%'`).
+					Scan(&waiting); err != nil {
+					t.Error(err)
+					return
+				}
+				if waiting > 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("the second issue neither waited for the row nor ended")
+					return
+				}
+			}
 		})
 	}()
 	<-read
