@@ -362,6 +362,14 @@ func (s *Service) SetMember(ctx context.Context, a *Actor, workspaceID, userID s
 // keepAnOwner refuses a change that would leave the workspace without an
 // owner other than userID.
 func (s *Service) keepAnOwner(tx Tx, workspaceID, userID string) error {
+	// The workspace's row first, which an Update's read locks on
+	// PostgreSQL: two owners demoting or removing each other at once would
+	// otherwise each find the other still an owner (READ COMMITTED), and
+	// leave the workspace with none. The second now waits for the first
+	// and sees its change. (The embedded store runs one write at a time.)
+	if _, err := tx.WorkspaceGet(workspaceID); err != nil {
+		return err
+	}
 	ms, err := tx.MemberListByWorkspace(workspaceID)
 	if err != nil {
 		return err
