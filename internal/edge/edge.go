@@ -199,6 +199,23 @@ func Oversized(w http.ResponseWriter, r *http.Request, limit int64) bool {
 	return true
 }
 
+// ParseForm parses r's form body (r.ParseForm) of at most limit bytes.
+// tooLarge reports a body declared or found over limit, whose answer then
+// closes the connection (CloseUnread); err is any other failure to read
+// it (a *BodyTimeoutError when it did not arrive in time).
+func ParseForm(w http.ResponseWriter, r *http.Request, limit int64) (tooLarge bool, err error) {
+	if Oversized(w, r, limit) {
+		return true, nil
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	err = r.ParseForm()
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		CloseUnread(w, r)
+		return true, nil
+	}
+	return false, err
+}
+
 // CloseUnread has the answer to r close its HTTP/1.x connection: r's body
 // is refused as too large and left unread. Otherwise net/http reads what
 // is left of a body under 256 KiB before it answers, so as to serve the

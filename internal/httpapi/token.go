@@ -48,15 +48,8 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
 		return nil
 	}
-	tooLarge := edge.Oversized(w, r, limitToken)
-	if !tooLarge {
-		r.Body = http.MaxBytesReader(w, r.Body, limitToken)
-		err = r.ParseForm()
-		var mb *http.MaxBytesError
-		tooLarge = errors.As(err, &mb)
-	}
+	tooLarge, err := edge.ParseForm(w, r, limitToken)
 	if tooLarge {
-		edge.CloseUnread(w, r)
 		s.refuseToken(w, http.StatusRequestEntityTooLarge, "invalid_request", "The form body is over 64 KiB.", 0)
 		return nil
 	}

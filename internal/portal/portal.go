@@ -296,16 +296,8 @@ func (p *Portal) toSignIn(w http.ResponseWriter, r *http.Request, ended bool) {
 // readForm parses a form body of at most maxFormBytes; false when it
 // answered a refusal.
 func (p *Portal) readForm(w http.ResponseWriter, r *http.Request, s *Session) bool {
-	var err error
-	tooLarge := edge.Oversized(w, r, maxFormBytes)
-	if !tooLarge {
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		err = r.ParseForm()
-		var mb *http.MaxBytesError
-		tooLarge = errors.As(err, &mb)
-	}
+	tooLarge, err := edge.ParseForm(w, r, maxFormBytes)
 	if tooLarge {
-		edge.CloseUnread(w, r)
 		p.renderError(w, r, s, http.StatusRequestEntityTooLarge, "Form too large", "The form sent more than 64 KiB. Shorten what you typed and send it again.")
 		return false
 	}
