@@ -2,16 +2,12 @@ package bus_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
-	"github.com/sombus/sombus/internal/store/postgres"
-	"github.com/sombus/sombus/internal/store/postgres/pgtest"
-	"github.com/sombus/sombus/internal/store/sqlite"
 	"github.com/sombus/sombus/internal/store/storetest"
 )
 
@@ -39,24 +35,7 @@ func (c *countingStore) QueueStatsMany(ctx context.Context, ids []string, now ti
 // counts of each.
 func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(t *testing.T) bus.Store{
-		"sqlite": func(t *testing.T) bus.Store {
-			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bus.db"), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-		"postgres": func(t *testing.T) bus.Store {
-			s, err := postgres.Open(t.Context(), pgtest.URL(t), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-	} {
+	for name, open := range openStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()

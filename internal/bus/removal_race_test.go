@@ -4,14 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
-	"github.com/sombus/sombus/internal/store/postgres"
-	"github.com/sombus/sombus/internal/store/postgres/pgtest"
-	"github.com/sombus/sombus/internal/store/sqlite"
 	"github.com/sombus/sombus/internal/store/storetest"
 )
 
@@ -107,24 +103,7 @@ func TestConnectionRemovedMeanwhileIsNotFound(t *testing.T) {
 			return err
 		}},
 	}
-	for name, open := range map[string]func(t *testing.T) bus.Store{
-		"sqlite": func(t *testing.T) bus.Store {
-			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bus.db"), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-		"postgres": func(t *testing.T) bus.Store {
-			s, err := postgres.Open(t.Context(), pgtest.URL(t), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-	} {
+	for name, open := range openStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()

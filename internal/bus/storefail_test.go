@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
-	"github.com/sombus/sombus/internal/store/postgres"
-	"github.com/sombus/sombus/internal/store/postgres/pgtest"
-	"github.com/sombus/sombus/internal/store/sqlite"
 	"github.com/sombus/sombus/internal/store/storetest"
 )
 
@@ -58,24 +54,7 @@ func TestConsumerSkillsAndReceiveStoreErrors(t *testing.T) {
 		}
 	}
 
-	for name, open := range map[string]func(t *testing.T) bus.Store{
-		"sqlite": func(t *testing.T) bus.Store {
-			s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "bus.db"), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-		"postgres": func(t *testing.T) bus.Store {
-			s, err := postgres.Open(ctx, pgtest.URL(t), storetest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-	} {
+	for name, open := range openStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			svc := bus.NewService(bus.Config{Store: open(t), Logger: storetest.Logger(t)})
