@@ -348,6 +348,13 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 	mem := auth.NewMemoryFailureLimiter(clock)
 	nodes := []*FailureLimiter{a.FailureLimiter(clock), b.FailureLimiter(clock)}
 	ctx := t.Context()
+	// settle waits for the sweeps the failures started beside them, before
+	// the test moves the clock: a sweep reads the test's clock when it
+	// runs, and one that read it before the clock moved on, and deleted
+	// after the next failures were counted, would take those for failures
+	// dated in the future (a real clock is read by the database, in the
+	// sweep's own statement). Only this goroutine starts them when it runs.
+	settle := func() { a.bg.Wait(); b.bg.Wait() }
 	check := func(step string, client, addr string) {
 		t.Helper()
 		want, _ := mem.Blocked(ctx, client, addr)
@@ -368,6 +375,7 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	settle()
 	check("25 concurrent failures", "c", "198.51.100.2")
 	clock.Advance(59 * time.Second)
 	check("59s later", "c", "198.51.100.2")
@@ -387,6 +395,7 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 			if err := nodes[i%2].Failed(ctx, "d", "198.51.100.3:1"); err != nil {
 				t.Fatal(err)
 			}
+			settle()
 		}
 	}
 	fail(1)
@@ -415,6 +424,7 @@ func TestFailureLimiterMatchesMemory(t *testing.T) {
 			if err := nodes[i%2].Failed(ctx, key, "198.51.100.5:1"); err != nil {
 				t.Fatal(err)
 			}
+			settle()
 		}
 	}
 
