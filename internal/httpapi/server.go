@@ -195,18 +195,21 @@ func (s *Server) MetricsHandler() http.Handler {
 //
 //go:noinline
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	if !edge.CleanPath(r.URL.Path) {
+		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s: a path with an empty, \".\" or \"..\" segment names no route.",
+			r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
+		return
+	}
 	// The mux answers 404 or 405 here; learn which (and the Allow header)
-	// without letting it write its plain-text body.
+	// without letting it write its plain-text body. (It redirects only an
+	// unclean path, refused above, or one missing a subtree's trailing
+	// slash, which names a route: no redirect comes here.)
 	h, _ := s.mux.Handler(r)
 	code, header := edge.Recorded(h, r)
 	if code == http.StatusMethodNotAllowed {
 		allow := s.allowed(r, header.Get("Allow"))
 		w.Header().Set("Allow", allow)
 		writeError(w, r, s.log, bus.Errorf(bus.RuleMethodNotAllowed, "Method %s is not allowed on %s; allowed: %s.", r.Method, r.URL.Path, allow))
-		return
-	}
-	if code == http.StatusMovedPermanently || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect {
-		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s; did you mean %s?", r.Method, r.URL.Path, header.Get("Location")))
 		return
 	}
 	writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s.", r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
@@ -245,13 +248,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, s.log, &bus.Error{Status: 500, Violations: []bus.Violation{{Rule: bus.RuleInternal, Message: "Internal error."}}})
 		}
 	}()
-	if !edge.CleanPath(r.URL.Path) {
-		// Before the mux, which would redirect it to its cleaned path.
-		writeError(w, r, s.log, bus.Errorf(bus.RuleRouteNotFound, "No route %s %s: a path with an empty, \".\" or \"..\" segment names no route.",
-			r.Method, strings.ReplaceAll(r.URL.Path, "\n", "")))
-		return
-	}
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	// An unclean path is refused before the mux, which would redirect it
+	// to its cleaned path (once cleaned, it may even name a route).
+	if _, pattern := s.mux.Handler(r); pattern == "" || !edge.CleanPath(r.URL.Path) {
 		s.noRoute(w, r)
 		return
 	}

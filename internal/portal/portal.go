@@ -192,12 +192,11 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h2, pattern := p.mux.Handler(r)
 	if pattern == "" {
-		// Let the mux answer its redirects (a missing trailing slash);
-		// 404 and 405 become pages.
+		// 404 and 405 become pages. (The mux redirects only an unclean
+		// path, refused above, or one missing a subtree's trailing slash,
+		// which names a route and is served below.)
 		code, header := edge.Recorded(h2, r)
 		switch code {
-		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-			http.Redirect(w, r, header.Get("Location"), code) //nolint:gosec // the mux's own redirect to the cleaned path of this request, on this host
 		case http.StatusMethodNotAllowed:
 			w.Header().Set("Allow", header.Get("Allow"))
 			p.renderError(w, r, nil, http.StatusMethodNotAllowed, "Not allowed", "This address does not take a "+r.Method+" request.")
