@@ -78,27 +78,16 @@ func Open(ctx context.Context, spec string, log *slog.Logger) (bus.Store, error)
 }
 
 // maskedParseError is the refusal of a PostgreSQL URL that does not parse,
-// without its password. pgx masks the password it finds, but a URL that
+// without its passwords. pgx masks the password it finds, but a URL that
 // does not parse may quote it in the parser's own words (a password with a
-// space, say). So when the URL holds a password's place (what stands
-// between the first ":" and the last "@" of its authority), the refusal is
-// that of the same URL with the password masked, or, if that one parses,
-// a sentence saying the user information is malformed.
+// space, say). So when the URL holds a password (Redact masks something),
+// the refusal is that of the same URL with its passwords masked, or, if
+// that one parses, a sentence saying the user information is malformed.
 func maskedParseError(spec string, err error) error {
-	scheme := strings.Index(spec, "://")
-	authority := spec[scheme+3:]
-	if j := strings.IndexAny(authority, "/?#"); j >= 0 {
-		authority = authority[:j]
-	}
-	at := strings.LastIndexByte(authority, '@')
-	if at < 0 {
+	masked := Redact(spec)
+	if masked == spec {
 		return err
 	}
-	user, _, ok := strings.Cut(authority[:at], ":")
-	if !ok {
-		return err
-	}
-	masked := spec[:scheme+3] + user + ":xxxxxx" + spec[scheme+3+at:]
 	if _, merr := pgxpool.ParseConfig(masked); merr != nil {
 		return merr
 	}

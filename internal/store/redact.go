@@ -12,9 +12,9 @@ const redactMask = "***"
 // Redact returns a --store value as a log line may show it: every place
 // where libpq and pgx take a password from is masked. In a postgres:// URL
 // that is the user information's password and the query's password and
-// sslpassword parameters (whatever their percent-encoding); in a
-// keyword=value connection string, the password and sslpassword keywords.
-// A SQLite value holds no secret and is returned as it is. The masking errs
+// sslpassword parameters (whatever their percent-encoding). A SQLite
+// value holds no secret and is returned as it is; any other value (which
+// ParseSpec refuses) is masked whole. The masking errs
 // on the side of hiding too much when the value is malformed (an unencoded
 // "/" or "@" in a password): it then hides what stands between a ":" and
 // an "@" as well.
@@ -30,7 +30,7 @@ func Redact(spec string) string {
 		}
 	}
 	if prefix == "" {
-		return redactKeywords(spec)
+		return redactMask
 	}
 	rest := spec[len(prefix):]
 	var b strings.Builder
@@ -89,13 +89,4 @@ func secretKeyword(key string) bool {
 	}
 	key = strings.ToLower(strings.TrimSpace(key))
 	return key == "password" || key == "sslpassword"
-}
-
-// secretKeywordValue is a password in a keyword=value connection string:
-// a quoted value (with backslash escapes) or one up to the next space.
-var secretKeywordValue = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)(?:'(?:\\.|[^'\\])*'?|\S*)`)
-
-// redactKeywords masks the passwords of a keyword=value connection string.
-func redactKeywords(spec string) string {
-	return secretKeywordValue.ReplaceAllString(spec, "${1}"+redactMask)
 }

@@ -26,9 +26,8 @@ func TestRedact(t *testing.T) {
 		{"postgres://u:S3cret/User@h/db", ""},
 		{"postgres://u:S3c@retUser@h/db", ""},
 		{"postgres://u:S3c?retUser@h/db", ""},
-		// keyword=value connection strings.
-		{"host=h user=u password=S3cretKV dbname=db", "host=h user=u password=*** dbname=db"},
-		{"host=h password = 'S3cret KV\\' x' sslpassword=S3cretKey", ""},
+		// Not a store value (ParseSpec refuses it): nothing shown.
+		{"host=h user=u password=S3cretKV dbname=db", "***"},
 	} {
 		got := Redact(c.spec)
 		for _, secret := range []string{"S3cret", "retUser", "User", "KV", "Key", "Query"} {
