@@ -33,9 +33,13 @@ func (t *mgmtTx) UserPasswordGet(userID string) (string, error) {
 }
 
 func (t *mgmtTx) SessionCreate(s bus.Session) error {
-	// The user must exist, as the SQLite store's foreign key requires.
-	if _, err := t.UserGet(s.UserID); err != nil {
-		return err
+	// The user must exist, as the SQLite store's foreign key requires:
+	// held (FOR KEY SHARE, as a foreign key's check does) until the
+	// session is in, without the lock a change of the user takes, so that
+	// sign-ins of one user do not wait for each other.
+	var one int
+	if err := t.tx.QueryRow(t.ctx, `SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE`, s.UserID).Scan(&one); err != nil {
+		return interpretError(err)
 	}
 	return t.insert(`INSERT INTO sessions (token_hash, user_id, csrf_token, created_at, last_seen_at) VALUES ($1, $2, $3, $4, $5)`,
 		s.TokenHash, s.UserID, s.CSRFToken, ms(s.CreatedAt), ms(s.LastSeenAt))
