@@ -250,16 +250,10 @@ func connectionNotFound(workspaceID, id string) *Error {
 // is; any other error is wrapped with what (a fault: 500, or 503 when the
 // store is out of reach).
 func connectionErr(what, workspaceID, id string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := AsError(err); ok {
-		return err
-	}
-	if errors.Is(err, ErrNotFound) {
+	if _, refused := AsError(err); !refused && errors.Is(err, ErrNotFound) {
 		return connectionNotFound(workspaceID, id)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return refusalOr(what, err)
 }
 
 // refusalOr returns err as it is when it is a refusal, else wrapped.

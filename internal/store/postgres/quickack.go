@@ -148,7 +148,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 		case isLive && st.head == h.Seq && st.nonce == h.Nonce:
 			out[i] = bus.SettleResult{OK: true, Woken: ready[h.StoryID]}
 		case isLive && st.head == h.Seq:
-			out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msgReceived}
+			out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: bus.MsgHandleReceivedAgain}
 		default:
 			var acked bool
 			if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ack_records
@@ -159,7 +159,7 @@ func (s *Store) quickAck(ctx context.Context, p *bus.SettleParams) (out []bus.Se
 			if acked {
 				out[i] = bus.SettleResult{OK: true}
 			} else {
-				out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: msgNotInFlight}
+				out[i] = bus.SettleResult{Code: bus.CodeReceiptHandleIsInvalid, Message: bus.MsgHandleNotInFlight}
 			}
 		}
 	}

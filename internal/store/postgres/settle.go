@@ -30,13 +30,6 @@ func (s *Store) MessageNack(ctx context.Context, p *bus.SettleParams) ([]bus.Set
 	return s.settle(ctx, p, false)
 }
 
-// Failure messages of settle results (the embedded store's too).
-const (
-	msgOtherQueue  = bus.MsgHandleOtherQueue
-	msgReceived    = bus.MsgHandleReceivedAgain
-	msgNotInFlight = bus.MsgHandleNotInFlight
-)
-
 // lockStoriesSQL locks the stories $1 of queue $2 for a settle (see settle).
 const lockStoriesSQL = `SELECT id, head_seq, nonce, receive_count FROM stories
 	WHERE id = ANY($1) AND queue_id || '' = $2 ORDER BY queue_id, story_key FOR UPDATE`
@@ -119,7 +112,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 	}
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
-			out[i] = fail(msgOtherQueue)
+			out[i] = fail(bus.MsgHandleOtherQueue)
 			continue
 		}
 		st := live[h.StoryID]
@@ -127,7 +120,7 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 			// Not the live head: only a repeated ack of the same delivery
 			// succeeds.
 			if !ack {
-				out[i] = fail(msgNotInFlight)
+				out[i] = fail(bus.MsgHandleNotInFlight)
 				continue
 			}
 			var acked bool
@@ -139,12 +132,12 @@ func settle(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, ack b
 			if acked {
 				out[i] = bus.SettleResult{OK: true}
 			} else {
-				out[i] = fail(msgNotInFlight)
+				out[i] = fail(bus.MsgHandleNotInFlight)
 			}
 			continue
 		}
 		if st.nonce != h.Nonce {
-			out[i] = fail(msgReceived)
+			out[i] = fail(bus.MsgHandleReceivedAgain)
 			continue
 		}
 
@@ -235,7 +228,7 @@ func ackLocked(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, li
 	judge := func(h bus.Handle) (bus.SettleResult, error) {
 		st := live[h.StoryID]
 		if st != nil && st.head == h.Seq {
-			return fail(msgReceived), nil // st.nonce != h.Nonce
+			return fail(bus.MsgHandleReceivedAgain), nil // st.nonce != h.Nonce
 		}
 		var acked bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ack_records
@@ -246,14 +239,14 @@ func ackLocked(ctx context.Context, tx pgx.Tx, w *waker, p *bus.SettleParams, li
 		if acked {
 			return bus.SettleResult{OK: true}, nil
 		}
-		return fail(msgNotInFlight), nil
+		return fail(bus.MsgHandleNotInFlight), nil
 	}
 
 	var valid, later []int
 	acking := map[int64]bool{}
 	for i, h := range p.Handles {
 		if h.QueueID != p.QueueID {
-			out[i] = fail(msgOtherQueue)
+			out[i] = fail(bus.MsgHandleOtherQueue)
 			continue
 		}
 		if acking[h.StoryID] {
