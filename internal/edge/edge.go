@@ -188,23 +188,13 @@ func CleanPath(p string) bool {
 		!strings.Contains(p, "/../") && !strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
 }
 
-// Oversized reports whether r declares (by its Content-Length) a body over
-// limit bytes. Its route then refuses it at once (413), without reading
-// any of it, and the answer closes the connection (CloseUnread).
-func Oversized(w http.ResponseWriter, r *http.Request, limit int64) bool {
-	if r.ContentLength <= limit {
-		return false
-	}
-	CloseUnread(w, r)
-	return true
-}
-
 // ParseForm parses r's form body (r.ParseForm) of at most limit bytes.
 // tooLarge reports a body declared or found over limit, whose answer then
 // closes the connection (CloseUnread); err is any other failure to read
 // it (a *BodyTimeoutError when it did not arrive in time).
 func ParseForm(w http.ResponseWriter, r *http.Request, limit int64) (tooLarge bool, err error) {
-	if Oversized(w, r, limit) {
+	if r.ContentLength > limit { // refused at once, without reading any of it
+		CloseUnread(w, r)
 		return true, nil
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
