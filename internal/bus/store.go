@@ -41,7 +41,9 @@ type Store interface {
 	// then connection id: what a metrics scrape reads.
 	QueueGauges(ctx context.Context, now time.Time) ([]QueueGauge, error)
 	// QueuePurge drops every message of a queue (not its dead letters) and
-	// writes p.Audit in the same transaction.
+	// writes p.Audit in the same transaction. Of a queue that does not
+	// exist (removed meanwhile): ErrNotFound, and no audit entry; the same
+	// for the two below.
 	QueuePurge(ctx context.Context, p *PurgeParams) (int, error)
 	// DeadLetterList lists a queue's dead letters, oldest first, after
 	// cursor (a DeadLetter.ID; 0 for the first page).
