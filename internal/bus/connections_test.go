@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
-	"github.com/sombus/sombus/internal/store/storetest"
 )
 
 // countingStore counts the queue count queries that reach a store.
@@ -40,16 +39,7 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store := &countingStore{Store: open(t)}
-			clock := bus.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-			svc := bus.NewService(bus.Config{Store: store, Clock: clock, Logger: storetest.Logger(t)})
-			op := &bus.Actor{User: bus.User{ID: bus.NewID(bus.PrefixUser), Name: "op", Email: "op@example.com", Operator: true, CreatedAt: clock.Now()}, Roles: map[string]bus.Role{}}
-			if err := store.Update(ctx, func(tx bus.Tx) error { return tx.UserCreate(op.User) }); err != nil {
-				t.Fatal(err)
-			}
-			ws, err := svc.CreateWorkspace(ctx, op, "ws")
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc, op, ws, clock := operatorWorkspace(t, store)
 			kinds := []bus.ConnectionKind{bus.KindConsumer, bus.KindProducer, bus.KindConsumer, bus.KindConsumer, bus.KindConsumer, bus.KindProducer, bus.KindConsumer}
 			var made []string
 			for i, k := range kinds {
@@ -57,7 +47,7 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 				if k == bus.KindConsumer {
 					p.Subscriptions = &[]bus.Subscription{{Topic: "som.>"}}
 				}
-				c, err := svc.CreateConnection(ctx, op, ws.ID, p)
+				c, err := svc.CreateConnection(ctx, op, ws, p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,7 +55,7 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 				clock.Advance(time.Duration(i%2) * time.Millisecond) // some share a millisecond
 			}
 			// Messages, so that every consumer has counts of its own.
-			if _, err := store.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws.ID, ProducerID: made[1], Now: clock.Now(),
+			if _, err := store.MessagePublish(ctx, &bus.PublishParams{WorkspaceID: ws, ProducerID: made[1], Now: clock.Now(),
 				DedupWindow: time.Minute, Messages: []bus.PublishMessage{{MessageID: "m1", MessageType: "a", Topic: "som.a", CorrelationID: "s",
 					Envelope: []byte(`{}`)}, {MessageID: "m2", MessageType: "a", Topic: "som.a", CorrelationID: "s", Envelope: []byte(`{}`)}}}); err != nil {
 				t.Fatal(err)
@@ -79,7 +69,7 @@ func TestListConnectionsCountsOnePageInOneQuery(t *testing.T) {
 			var got []string
 			cursor, pages := "", 0
 			for ; pages < 100; pages++ {
-				page, err := svc.ListConnections(ctx, op, ws.ID, "", 3, cursor)
+				page, err := svc.ListConnections(ctx, op, ws, "", 3, cursor)
 				if err != nil {
 					t.Fatal(err)
 				}

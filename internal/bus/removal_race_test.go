@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/sombus/sombus/internal/bus"
-	"github.com/sombus/sombus/internal/store/storetest"
 )
 
 // vanishingStore removes a connection right after the service has read it
@@ -102,24 +100,15 @@ func TestConnectionRemovedMeanwhileIsNotFound(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store := &vanishingStore{Store: open(t)}
-			clock := bus.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-			svc := bus.NewService(bus.Config{Store: store, Clock: clock, Credentials: testCredentials{}, Logger: storetest.Logger(t)})
-			op := &bus.Actor{User: bus.User{ID: bus.NewID(bus.PrefixUser), Name: "op", Email: "op@example.com", Operator: true, CreatedAt: clock.Now()}, Roles: map[string]bus.Role{}}
-			if err := store.Update(ctx, func(tx bus.Tx) error { return tx.UserCreate(op.User) }); err != nil {
-				t.Fatal(err)
-			}
-			ws, err := svc.CreateWorkspace(ctx, op, "ws")
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc, op, ws, _ := operatorWorkspace(t, store)
 			for _, c := range calls {
-				v, err := svc.CreateConnection(ctx, op, ws.ID, bus.ConnectionParams{Kind: ptr(bus.KindConsumer), Name: ptr(c.name),
+				v, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: ptr(bus.KindConsumer), Name: ptr(c.name),
 					Subscriptions: &[]bus.Subscription{{Topic: "som.>"}}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				store.armed = v.ID
-				err = c.do(ctx, svc, op, ws.ID, v.ID)
+				err = c.do(ctx, svc, op, ws, v.ID)
 				if store.armed != "" {
 					t.Fatalf("%s: the connection was never read, so never removed", c.name)
 				}
