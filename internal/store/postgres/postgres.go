@@ -119,6 +119,11 @@ type Store struct {
 	stop   context.Context
 	stopFn context.CancelFunc
 
+	// migrationLockTimeout bounds each wait of a migration for a table
+	// lock (applyMigration); zero means defaultMigrationLockTimeout. Only
+	// tests set it, to a shorter time.
+	migrationLockTimeout time.Duration
+
 	closeOnce sync.Once
 }
 
