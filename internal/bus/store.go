@@ -30,7 +30,9 @@ type Store interface {
 	// MessageNack releases deliveries after p.Delay; one result per handle.
 	MessageNack(ctx context.Context, p *SettleParams) ([]SettleResult, error)
 
-	// QueueStats counts a consumer queue.
+	// QueueStats counts a consumer queue; ErrNotFound when the queue does
+	// not exist (its connection was removed, perhaps since the caller read
+	// it).
 	QueueStats(ctx context.Context, queueID string, now time.Time) (QueueStats, error)
 	// QueueStatsMany counts several consumer queues in one statement (one
 	// snapshot), as QueueStats counts one; a queue that does not exist is

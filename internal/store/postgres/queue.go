@@ -12,14 +12,23 @@ import (
 	"github.com/sombus/sombus/internal/bus"
 )
 
-// QueueStats counts a queue in one statement (one snapshot). A queue
-// without a connection counts as empty.
+// QueueStats counts a queue in one statement (one snapshot);
+// bus.ErrNotFound when it has no connection, as on SQLite. The statement
+// reads the connection's row with the counts, so a connection removed
+// after the caller read it (a connection's view counts its queue in a
+// transaction of its own) is missing here, not counted as an empty queue.
 func (s *Store) QueueStats(ctx context.Context, queueID string, now time.Time) (bus.QueueStats, error) {
 	var st bus.QueueStats
 	err := s.run(ctx, true, func(tx pgx.Tx) error {
 		got, err := queueStats(ctx, tx, []string{queueID}, now)
-		st = got[queueID]
-		return err
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if st, ok = got[queueID]; !ok {
+			return fmt.Errorf("queue %s: %w", queueID, bus.ErrNotFound)
+		}
+		return nil
 	})
 	if err != nil {
 		return bus.QueueStats{}, fmt.Errorf("queue stats: %w", err)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sombus/sombus/internal/bus"
@@ -8,6 +9,7 @@ import (
 
 var statsTests = []test{
 	{"Empty", testStatsEmpty},
+	{"MissingQueue", testStatsMissing},
 	{"Counts", testStatsCounts},
 	{"OldestReadyAgeMilliseconds", testStatsAge},
 	{"FanOutRedrivePurgeDelete", testStatsFanOut},
@@ -21,6 +23,20 @@ var purgeTests = []test{
 func testStatsEmpty(e *env) {
 	f := e.fixture(5)
 	e.wantStats(f.Q, T0, bus.QueueStats{})
+}
+
+// testStatsMissing: a queue that does not exist, or no longer does, is
+// not found rather than counted as empty, so that a connection read just
+// before its removal is not shown with the counts of an empty queue.
+func testStatsMissing(e *env) {
+	f := e.fixture(5)
+	e.pub(f, T0, "a", "a1")
+	e.update(func(tx bus.Tx) error { return tx.ConnectionDelete(f.Q) })
+	for _, q := range []string{f.Q, bus.NewID(bus.PrefixConnection)} {
+		if st, err := e.s.QueueStats(e.ctx, q, at(time.Second)); !errors.Is(err, bus.ErrNotFound) {
+			e.t.Errorf("QueueStats(%s) = %+v, %v; want bus.ErrNotFound", q, st, err)
+		}
+	}
 }
 
 func testStatsCounts(e *env) {
