@@ -163,9 +163,9 @@ func TestQueueCounterSlots(t *testing.T) {
 	}
 }
 
-// dropCounters takes the schema back to version 7: no counters, no
-// triggers, nor what later migrations added (the sample rounds, the
-// failure log, the skills' foreign key).
+// dropCounters takes the schema back to version 7: no counters (their
+// foreign key goes with them), no triggers, nor what later migrations
+// added (the sample rounds, the failure log, the skills' foreign key).
 func dropCounters(t *testing.T, s *Store) {
 	t.Helper()
 	if _, err := s.pool.Exec(t.Context(), `DROP TABLE queue_counts;

@@ -72,6 +72,7 @@ func holdSkills(t *testing.T) skillsHeld {
 	t.Cleanup(func() { _ = h.mig.Close() })
 	h.mig.migrationLockTimeout = 100 * time.Millisecond
 	if _, err := h.s.pool.Exec(ctx, `ALTER TABLE skills DROP CONSTRAINT skills_connection_id_fkey;
+		ALTER TABLE queue_counts DROP CONSTRAINT queue_counts_queue_id_fkey;
 		DELETE FROM schema_migrations WHERE version >= 11`); err != nil {
 		t.Fatal(err)
 	}

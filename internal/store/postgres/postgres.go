@@ -335,14 +335,25 @@ type retryableError struct{ msg string }
 
 func (e *retryableError) Error() string { return e.msg }
 
+// isRetryable reports whether run runs a failed transaction again: a
+// deadlock, a serialization failure, or a failed check of queueCountsKey,
+// a transaction that wrote messages or dead letters of a queue whose
+// connection was removed meanwhile. Run again, that one finds the queue
+// gone: a publish routes without it (the removal changed the workspace's
+// routing version), a receive or a settle finds none of its stories.
 func isRetryable(err error) bool {
 	var r *retryableError
 	if errors.As(err, &r) {
 		return true
 	}
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40P01" || pg.Code == "40001")
+	return errors.As(err, &pg) && (pg.Code == "40P01" || pg.Code == "40001" ||
+		pg.Code == "23503" && pg.ConstraintName == queueCountsKey)
 }
+
+// queueCountsKey is the foreign key from a counter row to its queue's
+// connection (migration 0012).
+const queueCountsKey = "queue_counts_queue_id_fkey"
 
 // interpretError maps driver errors onto the bus sentinels, once, so that
 // nothing above the store sees a pgx type: no rows -> bus.ErrNotFound,
@@ -381,7 +392,9 @@ func interpretError(err error) error {
 			return fmt.Errorf("%w: %s", bus.ErrConflict, err.Error())
 		case pg.Code == "23503":
 			// A foreign key's referenced row does not exist (the skills
-			// of a connection removed meanwhile), as on SQLite.
+			// of a connection removed meanwhile), as on SQLite; or the
+			// counter row of a queue removed meanwhile, once run gave up
+			// running the transaction again (isRetryable).
 			return fmt.Errorf("%w: %s", bus.ErrNotFound, err.Error())
 		case pg.Code == "40P01" || pg.Code == "40001":
 			// Retried by run; still failing after maxAttempts, it is a

@@ -277,25 +277,49 @@ func (t *mgmtTx) ConnectionUpdate(c bus.Connection) error {
 }
 
 // ConnectionDelete removes a connection and every row of its queue; its
-// skills go with it in the first statement (the foreign key's ON DELETE
-// CASCADE, migration 0011).
+// skills and its queue's counter rows go with its row (the foreign keys'
+// ON DELETE CASCADE, migrations 0011 and 0012).
+//
+// The order keeps each transaction that writes the queue either wholly
+// before the removal or failing after it, and takes the queue's rows in
+// the writers' own order (stories, then counter rows):
+//   - the connection's row, locked FOR UPDATE as its DELETE would lock it:
+//     a purge or redrive (lockQueue), or the commit of a transaction that
+//     inserted a counter row of the queue (the key's deferred check), takes
+//     FOR KEY SHARE on it, so it waits for the removal, or the removal for
+//     it;
+//   - the queue's stories, in the usual order, so no publish or settle is
+//     half way through one of them while its messages go;
+//   - the row's DELETE, whose cascade deletes the counter rows, waiting for
+//     a transaction that changed one. Every transaction that writes
+//     messages or dead letters of the queue changes a counter row of it: one
+//     that did so before has committed by now, and the statements after
+//     take its rows along; one that does so after inserts its counter row
+//     anew and fails at commit, the key's check finding no connection (run
+//     then runs it again, and a publish routes without the queue);
+//   - the queue's other rows. Their deletions count into counter rows of
+//     the queue again (inserted, checked at commit): the last statement
+//     deletes those, and the check skips a row deleted by then.
+//
+// One writer can still deadlock with the removal: one that holds a story
+// of the queue and inserts the queue's counter row (the first write of the
+// queue through its counter slot) waits at commit for the connection's
+// row, which the removal holds while it waits for the story. The database
+// ends one of the two, and run runs it again.
 func (t *mgmtTx) ConnectionDelete(id string) error {
-	if err := t.execOne("connection "+id, `DELETE FROM connections WHERE id = $1`, id); err != nil {
-		return err
-	}
-	// Lock the queue's stories first (in the usual order), so no publish or
-	// settle is half way through one of them while its messages go.
-	if err := t.exec(`SELECT id FROM stories WHERE queue_id = $1 ORDER BY queue_id, story_key FOR UPDATE`, id); err != nil {
+	if err := t.execOne("connection "+id, `SELECT 1 FROM connections WHERE id = $1 FOR UPDATE`, id); err != nil {
 		return err
 	}
 	for _, sql := range []string{
+		`SELECT id FROM stories WHERE queue_id = $1 ORDER BY queue_id, story_key FOR UPDATE`,
+		`DELETE FROM connections WHERE id = $1`,
 		`DELETE FROM messages WHERE queue_id = $1`,
 		`DELETE FROM stories WHERE queue_id = $1`,
 		`DELETE FROM dead_letters WHERE queue_id = $1`,
 		`DELETE FROM attempts WHERE queue_id = $1`,
 		`DELETE FROM ack_records WHERE queue_id = $1`,
 		`DELETE FROM queue_samples WHERE queue_id = $1`,
-		// Last: the deletes above changed the counters too.
+		// Last: the deletes above counted into counter rows again.
 		`DELETE FROM queue_counts WHERE queue_id = $1`,
 	} {
 		if err := t.exec(sql, id); err != nil {

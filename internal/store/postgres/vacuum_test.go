@@ -60,6 +60,8 @@ func TestMaintainVacuums(t *testing.T) {
 	s := OpenTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The messages' counter rows refer to a connection (migration 0012).
+	_, _, q := setupQueue(t, s, 5)
 
 	makeDead(ctx, t, s,
 		// dedup_records: 2,000 dead rows and no live one, due whatever
@@ -72,7 +74,7 @@ func TestMaintainVacuums(t *testing.T) {
 		// the server's default (0.2: 50 + 1,968).
 		`INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
 				correlation_id, producer_id, enqueued_at, envelope)
-			SELECT i, 1, 'q', 'm' || i, 't', 'x', 'c', 'p', 0, '\x00' FROM generate_series(1, 10000) AS i`,
+			SELECT i, 1, '`+q+`', 'm' || i, 't', 'x', 'c', 'p', 0, '\x00' FROM generate_series(1, 10000) AS i`,
 		`DELETE FROM messages WHERE story_id <= 160`,
 		// ack_records: 2,000 dead rows, but an operator took it out.
 		`ALTER TABLE ack_records SET (autovacuum_enabled = false)`,
