@@ -66,8 +66,8 @@ type Store interface {
 	QueueSample(ctx context.Context, p *QueueSampleParams) (int, error)
 	// QueueSamplePrune deletes the rounds recorded before before, and the
 	// samples recorded before it that a later one at or before it replaces
-	// (a queue's latest sample is kept while it carries forward), and
-	// returns how many samples went.
+	// (a queue's latest sample is kept while it carries forward) or whose
+	// queue no longer exists, and returns how many samples went.
 	QueueSamplePrune(ctx context.Context, before time.Time) (int, error)
 	// QueueSamples reads one queue's counts at every round recorded at or
 	// after since, oldest first (FillSamples): a round before the queue's

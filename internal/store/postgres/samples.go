@@ -52,7 +52,13 @@ func (s *Store) QueueSample(ctx context.Context, p *bus.QueueSampleParams) (int,
 
 // QueueSamplePrune deletes the rounds recorded before before, and each
 // queue's samples recorded before it except the latest at or before it
-// (which the rounds after before still carry forward).
+// (which the rounds after before still carry forward); of a queue whose
+// connection no longer exists, every sample recorded before it. Those are
+// left by a sample taken while the queue's connection was being removed:
+// the sample's statement saw the connection (the removal had not
+// committed), and the removal's deletion of the queue's samples did not
+// see the sample (it had not committed either). Kept as the queue's
+// latest, such a sample would never go.
 func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, error) {
 	var n int
 	err := s.run(ctx, false, func(tx pgx.Tx) error {
@@ -63,8 +69,9 @@ func (s *Store) QueueSamplePrune(ctx context.Context, before time.Time) (int, er
 		if _, err := tx.Exec(ctx, `DELETE FROM sample_rounds WHERE at < $1`, ms(before)); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM queue_samples q WHERE q.at < $1 AND EXISTS (SELECT 1 FROM queue_samples l
-			WHERE l.queue_id = q.queue_id AND l.at > q.at AND l.at <= $1)`, ms(before))
+		tag, err := tx.Exec(ctx, `DELETE FROM queue_samples q WHERE q.at < $1 AND (EXISTS (SELECT 1 FROM queue_samples l
+				WHERE l.queue_id = q.queue_id AND l.at > q.at AND l.at <= $1)
+			OR NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = q.queue_id))`, ms(before))
 		n = int(tag.RowsAffected())
 		return err
 	})

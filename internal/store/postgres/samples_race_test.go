@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sombus/sombus/internal/bus"
+	"github.com/sombus/sombus/internal/store/postgres/pgtest"
+)
+
+// TestSamplePrunesRemovedQueue: a sample taken while its queue's
+// connection is being removed, which outlives the removal, is deleted by
+// the next prune past it, although it is its queue's latest sample (which
+// the prune keeps for a queue that exists). The removal is held open after
+// its last statement while the sample is taken, unless the sample waits on
+// a lock (pg_stat_activity of the store's own sessions, by application
+// name); the sample does not wait, and sees the connection.
+func TestSamplePrunesRemovedQueue(t *testing.T) {
+	t.Parallel()
+	app := "sombus_sample_" + strings.ToLower(bus.NewID(""))[:12]
+	s := openURL(t, pgtest.URL(t)+"&application_name="+app)
+	ctx := t.Context()
+	_, _, q := setupQueue(t, s, 5)
+
+	deleted, release := make(chan struct{}), make(chan struct{})
+	removal := make(chan error, 1)
+	go func() {
+		first := true
+		removal <- s.Update(ctx, func(tx bus.Tx) error {
+			if err := tx.ConnectionDelete(q); err != nil {
+				return err
+			}
+			if first { // once: the transaction may be run again
+				first = false
+				close(deleted)
+				<-release
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-deleted:
+	case err := <-removal:
+		t.Fatalf("removal: %v", err)
+	}
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	sampled := make(chan error, 1)
+	go func() {
+		_, err := s.QueueSample(ctx, &bus.QueueSampleParams{Now: at, At: at})
+		sampled <- err
+	}()
+	var sampleErr error
+	var done bool
+	for deadline := time.Now().Add(10 * time.Second); !done; time.Sleep(5 * time.Millisecond) {
+		select {
+		case sampleErr = <-sampled:
+			done = true
+			continue
+		default:
+		}
+		var waiting int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sample neither waited for the removal nor ended")
+		}
+	}
+	close(release)
+	if err := <-removal; err != nil {
+		t.Fatalf("removal: %v", err)
+	}
+	if !done {
+		sampleErr = <-sampled
+	}
+	if sampleErr != nil {
+		t.Fatalf("sample: %v", sampleErr)
+	}
+
+	if _, err := s.QueueSamplePrune(ctx, at.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_samples WHERE queue_id = $1`, q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d samples of the removed queue after the prune, want 0", n)
+	}
+}
