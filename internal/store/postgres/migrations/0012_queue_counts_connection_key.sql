@@ -30,21 +30,36 @@
 -- check of the rest. The messages, stories and dead letters of removed
 -- queues go first: the retention sweep's deletion of such a message or
 -- dead letter would insert a counter row of a connection that does not
--- exist, and a story without messages is never swept. Each such queue has
--- counter rows (the change that wrote a row counted it there, and only a
--- connection's removal deletes counter rows), so the queues to clear are
--- those of the counter rows without a connection, found in the small
--- table; their rows are reached by each table's index of the queue. The
--- deletions' triggers count into those same counter rows, which go last.
--- Attempt and ack records of removed queues are left to the sweeps of
--- their windows, as before.
+-- exist (failing the key on every round), and a story without messages is
+-- never swept. Such a queue need not have counter rows left: a publish (or
+-- a receive that dead-lettered) that updated one of the queue's counter
+-- rows and committed while the removal's last statement waited for it
+-- left its message, and the removal then deleted the counter row. So each
+-- table's own queues are taken, one probe of its queue index per queue (a
+-- skip scan: the least queue after the one before), and those without a
+-- connection cleared. The deletions' triggers count into counter rows of
+-- those queues, which go last with the other counter rows without a
+-- connection. Attempt and ack records of removed queues are left to the
+-- sweeps of their windows, as before.
 LOCK TABLE connections, stories, messages, dead_letters, queue_counts IN SHARE ROW EXCLUSIVE MODE;
-DELETE FROM messages x WHERE x.queue_id IN (SELECT k.queue_id FROM queue_counts k
-    WHERE NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = k.queue_id));
-DELETE FROM stories x WHERE x.queue_id IN (SELECT k.queue_id FROM queue_counts k
-    WHERE NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = k.queue_id));
-DELETE FROM dead_letters x WHERE x.queue_id IN (SELECT k.queue_id FROM queue_counts k
-    WHERE NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = k.queue_id));
+DELETE FROM messages x WHERE x.queue_id IN (
+    WITH RECURSIVE q (id) AS (
+        SELECT min(queue_id) FROM messages
+        UNION ALL
+        SELECT (SELECT min(y.queue_id) FROM messages y WHERE y.queue_id > q.id) FROM q WHERE q.id IS NOT NULL)
+    SELECT q.id FROM q WHERE q.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = q.id));
+DELETE FROM stories x WHERE x.queue_id IN (
+    WITH RECURSIVE q (id) AS (
+        SELECT min(queue_id) FROM stories
+        UNION ALL
+        SELECT (SELECT min(y.queue_id) FROM stories y WHERE y.queue_id > q.id) FROM q WHERE q.id IS NOT NULL)
+    SELECT q.id FROM q WHERE q.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = q.id));
+DELETE FROM dead_letters x WHERE x.queue_id IN (
+    WITH RECURSIVE q (id) AS (
+        SELECT min(queue_id) FROM dead_letters
+        UNION ALL
+        SELECT (SELECT min(y.queue_id) FROM dead_letters y WHERE y.queue_id > q.id) FROM q WHERE q.id IS NOT NULL)
+    SELECT q.id FROM q WHERE q.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = q.id));
 DELETE FROM queue_counts x WHERE NOT EXISTS (SELECT 1 FROM connections c WHERE c.id = x.queue_id);
 ALTER TABLE queue_counts ADD CONSTRAINT queue_counts_queue_id_fkey
     FOREIGN KEY (queue_id) REFERENCES connections (id) ON DELETE CASCADE
