@@ -293,10 +293,11 @@ func (t *mgmtTx) ConnectionUpdate(c bus.Connection) error {
 //   - the row's DELETE, whose cascade deletes the counter rows, waiting for
 //     a transaction that changed one. Every transaction that writes
 //     messages or dead letters of the queue changes a counter row of it: one
-//     that did so before has committed by now, and the statements after
-//     take its rows along; one that does so after inserts its counter row
-//     anew and fails at commit, the key's check finding no connection (run
-//     then runs it again, and a publish routes without the queue);
+//     that updated an existing counter row before has committed by now, and
+//     the statements after take its rows along; one that inserted a counter
+//     row (which the cascade does not see), or writes one after, fails at
+//     commit, the key's check finding no connection (run then runs it
+//     again, and a publish routes without the queue);
 //   - the queue's other rows. Their deletions count into counter rows of
 //     the queue again (inserted, checked at commit): the last statement
 //     deletes those, and the check skips a row deleted by then.
