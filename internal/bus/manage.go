@@ -154,7 +154,12 @@ func checkName(field, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return Errorf(RuleManageBadRequest, "%s is required.", field)
 	}
-	if utf8.RuneCountInString(v) > MaxNameLength || !utf8.ValidString(v) {
+	if !utf8.ValidString(v) {
+		// A form carries any bytes (JSON bodies are UTF-8 already): say
+		// what is wrong, not the length limit the name keeps.
+		return Errorf(RuleManageBadRequest, "%s must be UTF-8 text.", field)
+	}
+	if utf8.RuneCountInString(v) > MaxNameLength {
 		return Errorf(RuleManageBadRequest, "%s must be at most %d characters.", field, MaxNameLength)
 	}
 	for _, r := range v {

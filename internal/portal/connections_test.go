@@ -369,3 +369,21 @@ func TestProducerPages(t *testing.T) {
 	b.wantStatus("producer list", b.do("GET", base+"/producers", nil), 200)
 	b.wantText("web shop", "active")
 }
+
+// TestPortalNameNotUTF8: a name whose bytes are not UTF-8 (a form can
+// carry any bytes) is refused saying so, not with the length limit it
+// keeps.
+func TestPortalNameNotUTF8(t *testing.T) {
+	_, b, ws := signedInOperator(t)
+	page := "/portal/workspaces/" + ws + "/consumers"
+	for path, form := range map[string]url.Values{
+		"/portal/workspaces":                        {"name": {"a\xff\xfeb"}},
+		"/portal/workspaces/" + ws + "/connections": {"name": {"a\xff\xfeb"}, "kind": {"consumer"}},
+	} {
+		b.do("GET", page, nil)
+		resp := b.post(path, form)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, "name must be UTF-8 text.") || strings.Contains(b.last, "at most 128 characters") {
+			t.Errorf("%s with a name not UTF-8: %d, want 400 saying the name must be UTF-8\n%s", path, resp.StatusCode, b.last)
+		}
+	}
+}
