@@ -92,6 +92,14 @@ func (s *Service) viewOf(c Connection) ConnectionView {
 	return v
 }
 
+// MayAssignTier reports whether a may give a connection the quota tier
+// name: a tier of this server, and not one kept for operators unless a is
+// an operator (the rule checkConnectionParams applies).
+func (s *Service) MayAssignTier(a *Actor, name string) bool {
+	exists, operatorOnly := s.cfg.Tiers(name)
+	return exists && (!operatorOnly || a.User.Operator)
+}
+
 // checkConnectionParams validates the given fields of a create or update.
 func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p ConnectionParams) error {
 	if p.Name != nil {

@@ -92,9 +92,16 @@ func (p *Portal) showConnections(w http.ResponseWriter, r *http.Request, s *Sess
 	if err != nil {
 		return err
 	}
-	d := connectionsData{Workspace: ws, Role: s.Actor.Roles[ws.ID], Kind: kind, Connections: page.Connections, Tiers: p.cfg.TierNames}
+	d := connectionsData{Workspace: ws, Role: s.Actor.Roles[ws.ID], Kind: kind, Connections: page.Connections}
 	if page.NextCursor != nil {
 		d.NextCursor = *page.NextCursor
+	}
+	// Only the tiers this user may assign: one kept for operators would be
+	// refused, and the refusal's page would lose what was typed.
+	for _, name := range p.cfg.TierNames {
+		if p.svc.MayAssignTier(s.Actor, name) {
+			d.Tiers = append(d.Tiers, name)
+		}
 	}
 	if len(d.Tiers) == 0 {
 		d.Tiers = []string{limits.StandardTier}

@@ -387,3 +387,32 @@ func TestPortalNameNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestPortalTierChoicesOfNonOperators: the create form offers a
+// non-operator only the tiers they may assign; "unlimited", kept for
+// operators, would be refused with a 403 page that loses the form.
+func TestPortalTierChoicesOfNonOperators(t *testing.T) {
+	n, b, ws := signedInOperator(t)
+	page := "/portal/workspaces/" + ws + "/consumers"
+	unlimited := `<option value="unlimited">`
+	b.wantStatus("operator's consumers", b.do("GET", page, nil), 200)
+	if !strings.Contains(b.last, unlimited) {
+		t.Fatalf("the operator is not offered the unlimited tier:\n%s", b.last)
+	}
+	svc := n.Server.Service()
+	op := operatorActor(t, n)
+	u, err := svc.CreateUser(context.Background(), op, bus.CreateUserParams{Name: "Dev", Email: "dev@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPassword(t, n, u.ID, "developer-password-123")
+	if _, err := svc.SetMember(context.Background(), op, ws, u.ID, bus.RoleOwner); err != nil {
+		t.Fatal(err)
+	}
+	d := newBrowser(t, n)
+	d.wantStatus("owner sign in", d.signIn("dev@example.com", "developer-password-123"), 303)
+	d.wantStatus("owner's consumers", d.do("GET", page, nil), 200)
+	if strings.Contains(d.last, unlimited) || !strings.Contains(d.last, `<option value="standard">`) {
+		t.Errorf("a non-operator is offered %s, or not standard:\n%s", unlimited, d.last)
+	}
+}
