@@ -300,6 +300,11 @@ func (p *Portal) readForm(w http.ResponseWriter, r *http.Request, s *Session) bo
 		p.renderError(w, r, s, http.StatusRequestEntityTooLarge, "Form too large", "The form sent more than 64 KiB. Shorten what you typed and send it again.")
 		return false
 	}
+	if slow, ok := errors.AsType[*edge.BodyTimeoutError](err); ok {
+		p.renderError(w, r, s, http.StatusBadRequest, "Form too slow",
+			"The form did not arrive within "+slow.Timeout.String()+", the longest a form may take to send, so nothing was changed. Send it again.")
+		return false
+	}
 	if err != nil {
 		p.renderError(w, r, s, http.StatusBadRequest, "Unreadable form", "The portal could not read the form that was sent. Reload the page and try again.")
 		return false

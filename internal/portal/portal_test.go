@@ -1,9 +1,11 @@
 package portal_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -520,5 +522,30 @@ func TestPortalConcurrentSignInsAreCounted(t *testing.T) {
 	most := 20 + bus.PasswordWorkSlots() - 1
 	if counts[http.StatusUnauthorized] < 20 || counts[http.StatusUnauthorized] > most || counts[http.StatusUnauthorized]+counts[http.StatusTooManyRequests] != burst {
 		t.Fatalf("%d concurrent wrong sign-ins: %v; want 20 to %d answered 401, the rest 429", burst, counts, most)
+	}
+}
+
+// TestPortalSlowForm: a form whose body does not arrive within
+// --body-timeout is refused saying so and naming the limit, not as an
+// unreadable form.
+func TestPortalSlowForm(t *testing.T) {
+	n := servertest.Start(t, servertest.Options{BodyTimeout: 300 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(n.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// Half of the body, then nothing.
+	if _, err := fmt.Fprintf(conn, "POST /portal/signin HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nemail=a%%40b.c&pass"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "did not arrive within 300ms") {
+		t.Fatalf("a slow form: %d, want 400 naming the body timeout\n%s", resp.StatusCode, raw)
 	}
 }

@@ -53,6 +53,8 @@ type Options struct {
 	WrapStore func(bus.Store) bus.Store
 	// StoreTimeout is passed to --store-timeout (0: its default).
 	StoreTimeout time.Duration
+	// BodyTimeout is passed to --body-timeout (0: its default).
+	BodyTimeout time.Duration
 }
 
 // TempDir is a temporary directory in memory (/dev/shm) when the machine
@@ -107,7 +109,7 @@ func Start(t testing.TB, o Options) *Node {
 		Listen: "127.0.0.1:0", Store: o.Store, Environment: "sandbox", BootstrapKey: BootstrapKey,
 		TiersFile: o.TiersFile, Clock: o.Clock, Logger: logger, CheckTTL: o.CheckTTL, PublicURL: o.PublicURL,
 		ShutdownGrace: 5 * time.Second, MetricsListen: o.MetricsListen, WrapStore: o.WrapStore,
-		StoreTimeout: o.StoreTimeout,
+		StoreTimeout: o.StoreTimeout, BodyTimeout: o.BodyTimeout,
 	})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
