@@ -56,6 +56,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -395,6 +396,14 @@ func (p *Portal) static() http.Handler {
 	}
 	files := http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the files themselves: no listing of the folder, and no
+		// file server's plain 404 or redirect (of index.html).
+		name := strings.TrimPrefix(r.URL.Path, Prefix+"static/")
+		if info, err := fs.Stat(sub, name); err != nil || info.IsDir() || path.Base(name) == "index.html" {
+			w.Header().Set("Cache-Control", "no-store")
+			p.renderError(w, r, nil, http.StatusNotFound, "Page not found", "There is no portal page at this address.")
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		files.ServeHTTP(w, r)
 	})

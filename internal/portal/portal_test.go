@@ -549,3 +549,20 @@ func TestPortalSlowForm(t *testing.T) {
 		t.Fatalf("a slow form: %d, want 400 naming the body timeout\n%s", resp.StatusCode, raw)
 	}
 }
+
+// TestPortalStaticNotFound: the assets' folder lists nothing, and an asset
+// that does not exist gets the portal's not-found page, as every other
+// address under /portal/ does.
+func TestPortalStaticNotFound(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	for _, path := range []string{"/portal/static/", "/portal/static/nothing.js", "/portal/static/index.html"} {
+		resp := b.do("GET", path, nil)
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(b.last, "There is no portal page at this address.") || strings.Contains(b.last, "copy.js") {
+			t.Errorf("GET %s: %d, want the portal's 404 page\n%s", path, resp.StatusCode, b.last)
+		}
+	}
+	if resp := b.do("GET", "/portal/static/copy.js", nil); resp.StatusCode != http.StatusOK || !strings.Contains(b.last, "data-copy") {
+		t.Errorf("GET copy.js: %d", resp.StatusCode)
+	}
+}
