@@ -3,6 +3,7 @@ package bus
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/mail"
 	"unicode"
 	"unicode/utf8"
@@ -72,4 +73,28 @@ func checkJSONText(field string, raw []byte) error {
 			return Errorf(RuleManageBadRequest, "%s must hold no control characters (such as \\u0000) in its member names and strings.", field)
 		}
 	}
+}
+
+// MaxRefusalBytes bounds the message of a refusal as the API and the
+// portal show it. Messages quote what was sent (a field's value, a
+// parameter's name, an id of the path), which may be anything up to the
+// request's own limits.
+const MaxRefusalBytes = 1024
+
+// CutText is s cut to at most n bytes (n over 40), at a rune's start,
+// saying how much it left out.
+func CutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	k := n - 40 // room for the note
+	// Back to the start of the rune, at most a rune's length (in bytes
+	// that are not UTF-8 any byte will do).
+	for j := k; j > k-utf8.UTFMax && j > 0; j-- {
+		if utf8.RuneStart(s[j]) {
+			k = j
+			break
+		}
+	}
+	return s[:k] + fmt.Sprintf("… (%d bytes cut)", len(s)-k)
 }

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/edge"
@@ -132,25 +131,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // sent (a field's value, a parameter's name, an id of the path), which may
 // be anything up to the request's own limits: a megabyte of quota_tier
 // came back whole in the refusal before.
-const maxMessageBytes = 1024
+const maxMessageBytes = bus.MaxRefusalBytes
 
-// cutText is s cut to at most n bytes (n over 40), at a rune's start,
-// saying how much it left out.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	k := n - 40 // room for the note
-	// Back to the start of the rune, at most a rune's length (in bytes
-	// that are not UTF-8 any byte will do).
-	for j := k; j > k-utf8.UTFMax && j > 0; j-- {
-		if utf8.RuneStart(s[j]) {
-			k = j
-			break
-		}
-	}
-	return s[:k] + fmt.Sprintf("… (%d bytes cut)", len(s)-k)
-}
+// cutText is bus.CutText: s cut to at most n bytes, saying how much it
+// left out.
+var cutText = bus.CutText
 
 // utf8Charset reports whether a charset label names UTF-8 or a subset of
 // it (ASCII), which a JSON body may carry.

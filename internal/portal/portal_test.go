@@ -566,3 +566,23 @@ func TestPortalStaticNotFound(t *testing.T) {
 		t.Errorf("GET copy.js: %d", resp.StatusCode)
 	}
 }
+
+// TestPortalRefusalsAreCut: a refusal quoting what was sent (an id of the
+// address, a field of the form) is cut past 1 KiB, saying how much it left
+// out, as the API's refusals are.
+func TestPortalRefusalsAreCut(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.signIn("operator@localhost", operatorPassword)
+	ws := n.Workspace("Cut")
+	long := strings.Repeat("a", 5000)
+	b.wantStatus("a long workspace id", b.do("GET", "/portal/workspaces/"+long, nil), 404)
+	if strings.Contains(b.last, long[:1100]) || !strings.Contains(b.last, "bytes cut)") {
+		t.Errorf("the refusal of a 5000-byte id is not cut:\n%.2000s", b.last)
+	}
+	b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil)
+	b.wantStatus("a long quota tier", b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {"c"}, "quota_tier": {long}}), 400)
+	if strings.Contains(b.last, long[:1100]) || !strings.Contains(b.last, "bytes cut)") {
+		t.Errorf("the refusal of a 5000-byte quota tier is not cut:\n%.2000s", b.last)
+	}
+}
