@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -119,6 +120,11 @@ func formInt(form url.Values, name string) (*int, error) {
 		return nil, nil
 	}
 	n, err := strconv.Atoi(v)
+	if errors.Is(err, strconv.ErrRange) {
+		// A whole number, only out of any range: the bus's check says which
+		// range (Atoi gives the nearest int).
+		err = nil
+	}
 	if err != nil {
 		return nil, bus.Errorf(bus.RuleManageBadRequest, "%s must be a whole number.", strings.ReplaceAll(name, "_", " "))
 	}

@@ -416,3 +416,16 @@ func TestPortalTierChoicesOfNonOperators(t *testing.T) {
 		t.Errorf("a non-operator is offered %s, or not standard:\n%s", unlimited, d.last)
 	}
 }
+
+// TestPortalAttemptLimitOutOfRange: an attempt limit too large for a
+// number is refused naming the limit's range, as any other out of range.
+func TestPortalAttemptLimitOutOfRange(t *testing.T) {
+	_, b, ws := signedInOperator(t)
+	for _, v := range []string{"99999999999999999999", "-99999999999999999999", "1001"} {
+		b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil)
+		resp := b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {"c"}, "kind": {"consumer"}, "attempt_limit": {v}})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, "attempt_limit must be between 1 and 1000.") {
+			t.Errorf("attempt limit %s: %d, want 400 naming the range\n%s", v, resp.StatusCode, b.last)
+		}
+	}
+}
