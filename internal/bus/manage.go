@@ -166,8 +166,22 @@ func checkName(field, v string) error {
 		if unicode.IsControl(r) {
 			return Errorf(RuleManageBadRequest, "%s must not hold control characters.", field)
 		}
+		if bidiControl(r) {
+			return Errorf(RuleManageBadRequest, "%s must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).", field)
+		}
 	}
 	return nil
+}
+
+// bidiControl reports whether r opens or closes a bidirectional embedding,
+// override or isolate. Names are shown inside other text (a page's title, a
+// sentence of the portal, a terminal's table): one such character left open
+// in a name reorders what follows it there, so that a label can read
+// differently from what it says, or one name pass for another. The marks
+// that only set a direction (U+200E, U+200F, U+061C) open nothing and stay
+// allowed, as do the joiners that scripts and emoji need.
+func bidiControl(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
 }
 
 // Whoami answers the caller's user and roles.

@@ -316,7 +316,7 @@ func schemas() obj {
 			)),
 		"ConnectionCreateRequest", closed("", []string{"kind", "name"}, o(
 			"kind", enum("", "consumer", "producer"),
-			"name", strLen(1, 128, "Decision: 1 to 128 characters; names need not be unique."),
+			"name", strLen(1, 128, "Decision: 1 to 128 characters, no control characters, no bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069); names need not be unique."),
 			"attempt_limit", integer(1, 1000, "The most deliveries a message gets before it moves to the dead-letter queue (consumers).").with("default", 5),
 			"quota_tier", o("type", "string", "minLength", 1, "default", "standard",
 				"description", "A tier of the server's configuration; an unknown tier is 400 `manage.bad_request`."),

@@ -1,0 +1,41 @@
+package bus
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCheckName: the rules of a human name (users, workspaces,
+// connections), each refused with a message that names it.
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		name, v, want string // want: part of the refusal, "" for accepted
+	}{
+		{"plain", "Orders", ""},
+		{"accents and scripts", "Café · 注文 · طلبات", ""},
+		{"emoji joined by a zero-width joiner", "team 👩\u200d💻", ""},
+		{"a right-to-left mark", "orders\u200f", ""},
+		{"an Arabic letter mark", "\u061cطلبات", ""},
+		{"128 characters", strings.Repeat("é", MaxNameLength), ""},
+		{"empty", "", "name is required."},
+		{"blank", " \t", "name is required."},
+		{"129 characters", strings.Repeat("é", MaxNameLength+1), "at most 128 characters"},
+		{"not UTF-8", "a\xffb", "must be UTF-8 text"},
+		{"NUL", "a\x00b", "must not hold control characters"},
+		{"newline", "a\nb", "must not hold control characters"},
+		{"DEL", "a\x7fb", "must not hold control characters"},
+		{"right-to-left override", "invoice\u202egpj.exe", "bidirectional"},
+		{"left-to-right embedding", "\u202aorders", "bidirectional"},
+		{"pop directional formatting", "orders\u202c", "bidirectional"},
+		{"right-to-left isolate", "orders\u2067x", "bidirectional"},
+		{"pop directional isolate", "orders\u2069", "bidirectional"},
+	} {
+		err := checkName("name", tc.v)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
+		}
+	}
+}
