@@ -123,6 +123,15 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, nil, err)
 		return
 	}
+	// The session this browser held until now (the same user's, or
+	// another's who used it) ends: its cookie is replaced, and a session no
+	// browser shows any more should not stay open until it goes idle, for
+	// anyone who copied its cookie. Not ending it does not undo the sign-in.
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != token {
+		if err := p.svc.SignOut(r.Context(), c.Value); err != nil {
+			p.log.WarnContext(r.Context(), "portal: the session a sign-in replaced could not be ended; it ends when it goes idle", "err", err)
+		}
+	}
 	p.setCookie(w, sessionCookie, token, p.cfg.Sessions.Absolute)
 	p.clearCookie(w, signinCookie)
 	http.Redirect(w, r, p.nextOf(next), http.StatusSeeOther) //nolint:gosec // nextOf keeps only portal paths (safeNext)

@@ -586,3 +586,42 @@ func TestPortalRefusalsAreCut(t *testing.T) {
 		t.Errorf("the refusal of a 5000-byte quota tier is not cut:\n%.2000s", b.last)
 	}
 }
+
+// TestPortalSignInEndsReplacedSession: a sign-in sent by a browser that
+// holds a live session (a sign-in page left open, then signed in
+// elsewhere in the same browser) ends that session on the server, not
+// only in the browser: its cookie, sent again, opens nothing.
+func TestPortalSignInEndsReplacedSession(t *testing.T) {
+	_, first, _ := signedInOperator(t)
+	n := first.n
+	u := &url.URL{Scheme: "http", Host: strings.TrimPrefix(n.URL, "http://"), Path: "/portal/"}
+	session := func(b *browser) string {
+		for _, c := range b.c.Jar.Cookies(u) {
+			if c.Name == "sombus_session" {
+				return c.Value
+			}
+		}
+		return ""
+	}
+	old := session(first)
+	if old == "" {
+		t.Fatal("no session cookie after signing in")
+	}
+	// The sign-in page, opened before the session existed.
+	b := newBrowser(t, n)
+	b.do("GET", "/portal/signin", nil)
+	csrf := b.csrf()
+	b.c.Jar.SetCookies(u, []*http.Cookie{{Name: "sombus_session", Value: old, Path: "/portal/"}})
+	if resp := b.do("POST", "/portal/signin", url.Values{"csrf": {csrf}, "email": {"operator@localhost"}, "password": {operatorPassword}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in over a live session: %d\n%s", resp.StatusCode, b.last)
+	}
+	if now := session(b); now == "" || now == old {
+		t.Fatalf("the sign-in left the session cookie %q", now)
+	}
+	if resp := b.do("GET", "/portal/", nil); resp.StatusCode != 200 {
+		t.Fatalf("the new session: %d, want 200", resp.StatusCode)
+	}
+	if resp := first.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/signin") {
+		t.Fatalf("the replaced session: %d to %q, want a redirect to sign in", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
