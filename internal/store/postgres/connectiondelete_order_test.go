@@ -55,21 +55,8 @@ func TestConnectionDeleteAfterStoryWriter(t *testing.T) {
 			return tx.ConnectionDelete(q)
 		})
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if len(removal) > 0 {
-			t.Fatalf("the removal ended without waiting for the story: %v", <-removal)
-		}
-		var waiting int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the removal neither waited for the story nor ended")
-		}
+	if waitLockedOrEnded(t, s, app, removal, "the removal neither waited for the story nor ended") {
+		t.Fatalf("the removal ended without waiting for the story: %v", <-removal)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic,
 			correlation_id, producer_id, enqueued_at, envelope)

@@ -28,3 +28,27 @@ func OpenTest(t testing.TB) *Store {
 	t.Cleanup(func() { _ = s.Close() }) // runs before the schema drop
 	return s
 }
+
+// waitLockedOrEnded polls until a session whose application_name is app
+// waits for a lock (false) or the buffered channel ended holds a value
+// (true; the value stays there for the caller). After 10 s it fails the
+// test with stuck.
+func waitLockedOrEnded[T any](t *testing.T, s *Store, app string, ended chan T, stuck string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if len(ended) > 0 {
+			return true
+		}
+		var waiting int
+		if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return false
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(stuck)
+		}
+	}
+}

@@ -95,34 +95,12 @@ func TestPublishRacingConnectionDelete(t *testing.T) {
 					Messages: c.msgs, Now: time.Now(), DedupWindow: time.Minute})
 				published <- result{out, err}
 			}()
-			var res result
-			var done bool
-			for deadline := time.Now().Add(10 * time.Second); !done; time.Sleep(5 * time.Millisecond) {
-				select {
-				case res = <-published:
-					done = true
-					continue
-				default:
-				}
-				var waiting int
-				if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if waiting > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the publish neither waited for the removal nor ended")
-				}
-			}
+			waitLockedOrEnded(t, s, app, published, "the publish neither waited for the removal nor ended")
 			close(release)
 			if err := <-removal; err != nil {
 				t.Fatalf("removal: %v", err)
 			}
-			if !done {
-				res = <-published
-			}
+			res := <-published
 			if res.err != nil {
 				t.Fatalf("publish: %v", res.err)
 			}
@@ -173,22 +151,8 @@ func TestConnectionDeleteWaitsForCounterWriter(t *testing.T) {
 
 	removal := make(chan error, 1)
 	go func() { removal <- s.Update(ctx, func(tx bus.Tx) error { return tx.ConnectionDelete(q) }) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if len(removal) > 0 {
-			break // done without waiting: the check below fails
-		}
-		var waiting int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the removal neither waited for the publish nor ended")
-		}
-	}
+	// A removal done without waiting fails the check below.
+	waitLockedOrEnded(t, s, app, removal, "the removal neither waited for the publish nor ended")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("publish: %v", err)
 	}

@@ -50,35 +50,12 @@ func TestSamplePrunesRemovedQueue(t *testing.T) {
 		_, err := s.QueueSample(ctx, &bus.QueueSampleParams{Now: at, At: at})
 		sampled <- err
 	}()
-	var sampleErr error
-	var done bool
-	for deadline := time.Now().Add(10 * time.Second); !done; time.Sleep(5 * time.Millisecond) {
-		select {
-		case sampleErr = <-sampled:
-			done = true
-			continue
-		default:
-		}
-		var waiting int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sample neither waited for the removal nor ended")
-		}
-	}
+	waitLockedOrEnded(t, s, app, sampled, "the sample neither waited for the removal nor ended")
 	close(release)
 	if err := <-removal; err != nil {
 		t.Fatalf("removal: %v", err)
 	}
-	if !done {
-		sampleErr = <-sampled
-	}
-	if sampleErr != nil {
+	if sampleErr := <-sampled; sampleErr != nil {
 		t.Fatalf("sample: %v", sampleErr)
 	}
 
