@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/store/postgres/pgtest"
 	"github.com/sombus/sombus/internal/store/storetest"
 )
@@ -50,5 +51,56 @@ func waitLockedOrEnded[T any](t *testing.T, s *Store, app string, ended chan T, 
 		if time.Now().After(deadline) {
 			t.Fatal(stuck)
 		}
+	}
+}
+
+// holdRemoval starts the removal of connection q and holds its
+// transaction open after ConnectionDelete's last statement until release
+// is closed; it returns once the removal got there. The removal's result
+// arrives on removal.
+func holdRemoval(t *testing.T, s *Store, q string) (removal chan error, release chan struct{}) {
+	t.Helper()
+	deleted := make(chan struct{})
+	removal, release = make(chan error, 1), make(chan struct{})
+	go func() {
+		first := true
+		removal <- s.Update(t.Context(), func(tx bus.Tx) error {
+			if err := tx.ConnectionDelete(q); err != nil {
+				return err
+			}
+			if first { // once: the transaction may be run again
+				first = false
+				close(deleted)
+				<-release
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-deleted:
+	case err := <-removal:
+		t.Fatalf("removal: %v", err)
+	}
+	return removal, release
+}
+
+// plantQueueRows writes, as a removal that raced a writer may leave them,
+// a story with its message (story key "a", message "a1") and a dead
+// letter ("b1") of queue, enqueued at at; the counter triggers count them
+// as usual.
+func plantQueueRows(t *testing.T, s *Store, queue string, at time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := s.pool.Exec(ctx, `WITH st AS (
+			INSERT INTO stories (queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
+			VALUES ($1, 'a', 1, 1, 0, 0, 0, false) RETURNING id)
+		INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope)
+		SELECT id, 1, $1, 'a1', 't.x', 't.x', 'a', 'p', $2, '' FROM st`, queue, ms(at)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO dead_letters (queue_id, message_id, message_type, topic, correlation_id,
+			producer_id, receive_count, enqueued_at, dead_lettered_at, envelope)
+		VALUES ($1, 'b1', 't.x', 't.x', 'b', 'p', 1, $2, $2, '')`, queue, ms(at)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -29,18 +29,7 @@ func TestQueueCountsMigrationOrphansWithoutCounters(t *testing.T) {
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.pool.Exec(ctx, `WITH st AS (
-			INSERT INTO stories (queue_id, story_key, head_seq, tail_seq, visible_at, receive_count, nonce, delayed)
-			VALUES ($1, 'a', 1, 1, 0, 0, 0, false) RETURNING id)
-		INSERT INTO messages (story_id, seq, queue_id, message_id, message_type, topic, correlation_id, producer_id, enqueued_at, envelope)
-		SELECT id, 1, $1, 'a1', 't.x', 't.x', 'a', 'p', $2, '' FROM st`, gone, ms(old)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO dead_letters (queue_id, message_id, message_type, topic, correlation_id,
-			producer_id, receive_count, enqueued_at, dead_lettered_at, envelope)
-		VALUES ($1, 'b1', 't.x', 't.x', 'b', 'p', 1, $2, $2, '')`, gone, ms(old)); err != nil {
-		t.Fatal(err)
-	}
+	plantQueueRows(t, s, gone, old)
 	// The removal as it ended in that race: the connection and the
 	// counter rows gone, the message, story and dead letter left.
 	for _, sql := range []string{`DELETE FROM connections WHERE id = $1`, `DELETE FROM queue_counts WHERE queue_id = $1`} {

@@ -23,27 +23,7 @@ func TestSamplePrunesRemovedQueue(t *testing.T) {
 	ctx := t.Context()
 	_, _, q := setupQueue(t, s, 5)
 
-	deleted, release := make(chan struct{}), make(chan struct{})
-	removal := make(chan error, 1)
-	go func() {
-		first := true
-		removal <- s.Update(ctx, func(tx bus.Tx) error {
-			if err := tx.ConnectionDelete(q); err != nil {
-				return err
-			}
-			if first { // once: the transaction may be run again
-				first = false
-				close(deleted)
-				<-release
-			}
-			return nil
-		})
-	}()
-	select {
-	case <-deleted:
-	case err := <-removal:
-		t.Fatalf("removal: %v", err)
-	}
+	removal, release := holdRemoval(t, s, q)
 	at := time.Now().Add(-time.Minute).Truncate(time.Second)
 	sampled := make(chan error, 1)
 	go func() {
