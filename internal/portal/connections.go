@@ -133,9 +133,13 @@ func formInt(form url.Values, name string) (*int, error) {
 
 func (p *Portal) createConnection(w http.ResponseWriter, r *http.Request, s *Session) error {
 	ws := r.PathValue("t")
+	// The kind goes to the bus as sent, which refuses any but the two (the
+	// form offers no other); a refusal shows the consumers' page unless the
+	// form was the producers'.
 	kind := bus.ConnectionKind(r.PostForm.Get("kind"))
-	if kind != bus.KindProducer {
-		kind = bus.KindConsumer
+	page := bus.KindConsumer
+	if kind == bus.KindProducer {
+		page = bus.KindProducer
 	}
 	name := strings.TrimSpace(r.PostForm.Get("name"))
 	params := bus.ConnectionParams{Kind: &kind, Name: &name}
@@ -162,7 +166,7 @@ func (p *Portal) createConnection(w http.ResponseWriter, r *http.Request, s *Ses
 		if !ok || e.Status == http.StatusForbidden || p.workspaceReadable(r, s) != nil {
 			return err
 		}
-		return p.showConnections(w, r, s, kind, e.Status, View{Error: refusalText(e), ErrorForm: "create", Form: r.PostForm})
+		return p.showConnections(w, r, s, page, e.Status, View{Error: refusalText(e), ErrorForm: "create", Form: r.PostForm})
 	}
 	p.redirect(w, r, connPath(ws, c.ID), "connection-created")
 	return nil

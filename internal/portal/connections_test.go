@@ -429,3 +429,21 @@ func TestPortalAttemptLimitOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestPortalConnectionKindRefused: a create form naming a kind the form
+// never offers is refused saying which kinds there are, not taken for a
+// consumer.
+func TestPortalConnectionKindRefused(t *testing.T) {
+	_, b, ws := signedInOperator(t)
+	for _, kind := range []string{"admin", ""} {
+		b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil)
+		resp := b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {"k"}, "kind": {kind}})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(b.last, `kind must be &#34;consumer&#34; or &#34;producer&#34;.`) {
+			t.Errorf("kind %q: %d, want 400 naming the kinds\n%s", kind, resp.StatusCode, b.last)
+		}
+	}
+	b.wantStatus("consumers", b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
+	if strings.Contains(b.last, ">k</a>") {
+		t.Errorf("a connection was created with a kind the form does not offer:\n%s", b.last)
+	}
+}
