@@ -10,18 +10,32 @@ import (
 )
 
 // TestRequestsRacingRemovalAnswer404: requests on a connection sent at the
-// same time as its DELETE (six DELETEs, and a PATCH, revoke, secret, purge,
-// redrive and skills put each) answer as if they came before the removal or
-// after it: exactly one DELETE 204, every other request its success or 404
-// manage.not_found, never 500. Every interleaving answers so; the
-// interleavings that used to answer 500 come up in most runs.
+// same time as its DELETE (six DELETEs, and a PATCH, revoke, secret
+// rotation, purge, redrive and skills put each) answer as if they came
+// before the removal or after it: exactly one DELETE 204, every other
+// request its success or 404 manage.not_found, never 500. The queue holds
+// a ready message and two dead letters, so that the purge and the redrive
+// write. Every interleaving answers so; the interleavings that used to
+// answer 500 come up in most runs.
 func TestRequestsRacingRemovalAnswer404(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, n *node) {
-		ws := n.workspace(t, opKey, "race")
 		for round := range 5 {
-			c := n.connection(t, ws, "consumer", map[string]any{"subscriptions": []map[string]any{{"topic": "som.>"}}})
-			p := connPath(ws, c.ID)
+			pair := n.NewPair(map[string]any{"attempt_limit": 1})
+			for _, story := range []string{"a", "b"} {
+				n.Publish(pair, servertest.Envelope("dead-"+story, story, nil)).Must(t, 202)
+			}
+			var handles []string
+			for _, m := range n.Receive(pair, "wait=0&max=10") {
+				handles = append(handles, m.ReceiptHandle)
+			}
+			zero := 0
+			n.Settle(pair, "nack", handles, &zero).Must(t, 200)
+			n.Publish(pair, servertest.Envelope("ready", "c", nil)).Must(t, 202)
+			if st := n.QueueCounts(pair); st.DeadLetters != 2 || st.Ready != 1 {
+				t.Fatalf("round %d: before the race: %+v, want 2 dead letters and 1 ready", round, st)
+			}
+			p := connPath(pair.WS, pair.Consumer)
 			reqs := []struct {
 				method, path string
 				body         any
@@ -29,7 +43,7 @@ func TestRequestsRacingRemovalAnswer404(t *testing.T) {
 			}{
 				{"PATCH", p, map[string]any{"name": "renamed"}, 200},
 				{"POST", p + "/revoke", nil, 200},
-				{"POST", p + "/secret", nil, 201},
+				{"POST", p + "/secret/rotate", nil, 201},
 				{"POST", p + "/purge", nil, 200},
 				{"POST", p + "/dead-letters/redrive", nil, 200},
 				{"PUT", p + "/skills", map[string]any{"registrations": []map[string]any{{"instance_id": "i", "skill": "s", "name": "n"}}}, 200},
