@@ -104,11 +104,20 @@ var readPragmas = []string{
 }
 
 // dsn builds the driver's connection string: a plain file path with the
-// pragmas as _pragma parameters, run on every new connection.
+// pragmas as _pragma parameters, run on every new connection. Every
+// connection, the writer's and the read pool's, opens its files through
+// the gather VFS (gathervfs.go) where it exists: the writer for its fewer
+// WAL writes, and all of them because the connections of one process to a
+// WAL database must share one wal-index handling. The driver takes the vfs
+// parameter from a plain path too.
 func dsn(path string, pragmas ...[]string) string {
 	var b strings.Builder
 	b.WriteString(path)
 	sep := "?"
+	if vfs := registerGatherVFS(); vfs != "" {
+		b.WriteString(sep + "vfs=" + vfs)
+		sep = "&"
+	}
 	for _, list := range pragmas {
 		for _, p := range list {
 			b.WriteString(sep + "_pragma=" + p)
