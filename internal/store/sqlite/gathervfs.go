@@ -308,9 +308,11 @@ func (f *walFile) flush(tls *libc.TLS) int32 {
 	gatherPending.Add(-1)
 	rc := f.write(tls, f.buf, n, start)
 	if rc != sqlite3.SQLITE_OK && f.err == sqlite3.SQLITE_OK {
-		// The failed bytes may include frames of this transaction written
-		// before start (spilled pages): everything from the transaction's
-		// first write on is suspect.
+		// Everything from the transaction's first write on is suspect,
+		// not only the failed bytes: the error is cleared only by a
+		// transaction that starts again at or before that write, and a
+		// frame header rewritten by this transaction (_walRewriteChecksums,
+		// which reads the frame first: that read fails) must not clear it.
 		f.err, f.errBase = rc, start
 		if f.base >= 0 && f.base < start {
 			f.errBase = f.base
@@ -378,7 +380,11 @@ func walWrite(tls *libc.TLS, pFile, zBuf uintptr, iAmt int32, iOfst int64) int32
 		gatherPending.Add(1)
 		f.append(zBuf, iAmt)
 	}
-	if f.base < 0 {
+	if f.base < 0 || iOfst < f.base {
+		// A transaction writes its frames from the end of the committed
+		// ones on, and rewrites only frames of its own: a write below the
+		// first one since the last commit starts another transaction (the
+		// one before was rolled back, or the WAL restarted).
 		f.base = iOfst
 	}
 	if commitPage {
