@@ -366,12 +366,25 @@ func walWrite(tls *libc.TLS, pFile, zBuf uintptr, iAmt int32, iOfst int64) int32
 		if iOfst == f.lastRead || iAmt >= gatherMax {
 			// The checksum rewrite of a frame just read, after which
 			// SQLite writes nothing more before publishing the commit.
+			// The offset of the last read is not only that: recovery's
+			// last read is at the first frame it found invalid, where
+			// the next transaction writes its first frame header, maybe
+			// its commit frame's. That header still announces the
+			// commit page, which must then be flushed in its own xWrite.
 			rc := f.write(tls, zBuf, iAmt, iOfst)
-			if rc != sqlite3.SQLITE_OK && f.err == sqlite3.SQLITE_OK {
-				f.err, f.errBase = rc, iOfst
-				if f.base >= 0 && f.base < iOfst {
-					f.errBase = f.base
+			if rc != sqlite3.SQLITE_OK {
+				if f.err == sqlite3.SQLITE_OK {
+					f.err, f.errBase = rc, iOfst
+					if f.base >= 0 && f.base < iOfst {
+						f.errBase = f.base
+					}
 				}
+				return rc
+			}
+			if commitPage {
+				f.base = -1
+			} else if iAmt == 24 && *(*uint32)(cmem(zBuf + 4)) != 0 {
+				f.commitPageAt = iOfst + 24
 			}
 			return rc
 		}
