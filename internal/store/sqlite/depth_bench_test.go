@@ -125,9 +125,17 @@ type depthTemplate struct {
 
 var depthTemplates = map[[2]int]*depthTemplate{}
 
-// TestMain removes the depth benchmarks' template files at the end.
+// TestMain removes the depth benchmarks' template files at the end, and
+// fails the run if any barrier of the gather VFS found frames to write
+// (gatherBarrierFlushes): every commit of every test, the shared store
+// tests' included, must have written its frames in its own commit frame's
+// write.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if n := gatherBarrierFlushes.Load(); n > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: %d barriers of the gather VFS found WAL frames not yet written: a commit was published before its frames were in the file\n", n)
+		code = 1
+	}
 	for _, t := range depthTemplates {
 		_ = os.RemoveAll(filepath.Dir(t.path))
 	}

@@ -524,13 +524,13 @@ func walClose(tls *libc.TLS, pFile uintptr) int32 {
 // lock with its own xShmLock. Flushing other connections' bytes would add
 // nothing to that guarantee, and would split a commit that the writer is
 // gathering whenever a reader starts a read transaction.
-func flushOwn(tls *libc.TLS) {
+func flushOwn(tls *libc.TLS) (flushed bool) {
 	if gatherPending.Load() == 0 {
-		return
+		return false
 	}
 	p := gatherFiles.Load()
 	if p == nil {
-		return
+		return false
 	}
 	for _, f := range *p {
 		if f == nil {
@@ -538,19 +538,30 @@ func flushOwn(tls *libc.TLS) {
 		}
 		f.mu.Lock()
 		if !f.closed && f.n > 0 && f.owner == tls {
+			flushed = true
 			if rc := f.flush(tls); rc != sqlite3.SQLITE_OK && f.fatal == sqlite3.SQLITE_OK {
 				f.fatal = rc
 			}
 		}
 		f.mu.Unlock()
 	}
+	return flushed
 }
+
+// gatherBarrierFlushes counts the barriers that found gathered bytes to
+// flush. The commit frame's own write flushes a commit, so a barrier
+// should never find any: one that did published a header whose frames it
+// wrote only then, with no way to fail the commit if that write failed.
+// The tests check it stays 0.
+var gatherBarrierFlushes atomic.Int64
 
 func dbShmBarrier(tls *libc.TLS, pFile uintptr) {
 	// The barrier sits between the two copies of the wal-index header that
 	// publish a commit (_walIndexWriteHdr): the frames must be in the WAL
 	// file before a reader can accept the header.
-	flushOwn(tls)
+	if flushOwn(tls) {
+		gatherBarrierFlushes.Add(1)
+	}
 	m := origMethods(pFile)
 	(*(*func(*libc.TLS, uintptr))(unsafe.Pointer(&struct{ uintptr }{m.FxShmBarrier})))(tls, pFile)
 }

@@ -106,10 +106,11 @@ var readPragmas = []string{
 // dsn builds the driver's connection string: a plain file path with the
 // pragmas as _pragma parameters, run on every new connection. Every
 // connection, the writer's and the read pool's, opens its files through
-// the gather VFS (gathervfs.go) where it exists: the writer for its fewer
-// WAL writes, and all of them because the connections of one process to a
-// WAL database must share one wal-index handling. The driver takes the vfs
-// parameter from a plain path too.
+// the gather VFS (gathervfs.go) where it exists. Only the writer writes
+// the WAL, so only its frames are gathered; the readers go through the
+// same VFS so that every connection of the store opens its files one way
+// (a read connection's WAL handle holds an unused 128 KiB buffer). The
+// driver takes the vfs parameter from a plain path too.
 func dsn(path string, pragmas ...[]string) string {
 	var b strings.Builder
 	b.WriteString(path)
