@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -154,34 +153,15 @@ func checkName(field, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return Errorf(RuleManageBadRequest, "%s is required.", field)
 	}
-	if !utf8.ValidString(v) {
-		// A form carries any bytes (JSON bodies are UTF-8 already): say
-		// what is wrong, not the length limit the name keeps.
-		return Errorf(RuleManageBadRequest, "%s must be UTF-8 text.", field)
+	// A form carries any bytes (JSON bodies are UTF-8 already): checkText
+	// says what is wrong before the length limit is counted.
+	if err := checkText(field, v); err != nil {
+		return err
 	}
 	if utf8.RuneCountInString(v) > MaxNameLength {
 		return Errorf(RuleManageBadRequest, "%s must be at most %d characters.", field, MaxNameLength)
 	}
-	for _, r := range v {
-		if unicode.IsControl(r) {
-			return Errorf(RuleManageBadRequest, "%s must not hold control characters.", field)
-		}
-		if bidiControl(r) {
-			return Errorf(RuleManageBadRequest, "%s must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).", field)
-		}
-	}
 	return nil
-}
-
-// bidiControl reports whether r opens or closes a bidirectional embedding,
-// override or isolate. Names are shown inside other text (a page's title, a
-// sentence of the portal, a terminal's table): one such character left open
-// in a name reorders what follows it there, so that a label can read
-// differently from what it says, or one name pass for another. The marks
-// that only set a direction (U+200E, U+200F, U+061C) open nothing and stay
-// allowed, as do the joiners that scripts and emoji need.
-func bidiControl(r rune) bool {
-	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
 }
 
 // Whoami answers the caller's user and roles.
@@ -223,6 +203,11 @@ func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) 
 	}
 	if err := checkEmail(p.Email); err != nil {
 		return User{}, err
+	}
+	// A new address is shown as names are (lookups of existing ones only
+	// need checkEmail).
+	if strings.IndexFunc(p.Email, bidiControl) >= 0 {
+		return User{}, Errorf(RuleManageBadRequest, "email must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).")
 	}
 	u := User{ID: NewID(PrefixUser), Name: p.Name, Email: p.Email, Operator: p.Operator, CreatedAt: s.clock.Now()}
 	err := s.store.Update(ctx, func(tx Tx) error {

@@ -39,3 +39,14 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTextRefusesBidiControls: the skills' fields (checkText) refuse
+// what names refuse.
+func TestCheckTextRefusesBidiControls(t *testing.T) {
+	if err := checkText("registrations[0].name", "orders\u202eevil"); err == nil || !strings.Contains(err.Error(), "registrations[0].name must not hold bidirectional") {
+		t.Errorf("a skill name with U+202E: %v, want a refusal naming the field", err)
+	}
+	if err := checkText("registrations[0].name", "Café \u200f"); err != nil {
+		t.Errorf("a skill name with a right-to-left mark: %v", err)
+	}
+}

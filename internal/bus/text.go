@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/mail"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -47,7 +48,9 @@ func checkEmail(email string) error {
 	return nil
 }
 
-// checkText refuses a value that is not PlainText, naming its field.
+// checkText refuses a value people will see shown (a name, a skill's
+// fields) that is not PlainText or holds a bidirectional control
+// (bidiControl), naming its field.
 func checkText(field, v string) error {
 	if !utf8.ValidString(v) {
 		return Errorf(RuleManageBadRequest, "%s must be UTF-8 text.", field)
@@ -55,7 +58,22 @@ func checkText(field, v string) error {
 	if !PlainText(v) {
 		return Errorf(RuleManageBadRequest, "%s must not hold control characters.", field)
 	}
+	if strings.IndexFunc(v, bidiControl) >= 0 {
+		return Errorf(RuleManageBadRequest, "%s must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).", field)
+	}
 	return nil
+}
+
+// bidiControl reports whether r opens or closes a bidirectional embedding,
+// override or isolate. Names and other text people set are shown inside
+// other text (a page's title, a sentence of the portal, a terminal's
+// table): one such character left open reorders what follows it there, so
+// that a label can read differently from what it says, or one name pass
+// for another. The marks that only set a direction (U+200E, U+200F,
+// U+061C) open nothing and stay allowed, as do the joiners that scripts and
+// emoji need.
+func bidiControl(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
 }
 
 // checkJSONText refuses a JSON value holding a member name or a string

@@ -216,9 +216,9 @@ func schemas() obj {
 		// Skills.
 		"SkillRegistration", closed("A configured skill instance bound to a consumer connection.",
 			[]string{"instance_id", "skill", "name", "values", "authority_scale"}, o(
-				"instance_id", strLen(1, 128, "Unique within the connection's registrations."),
-				"skill", strLen(1, 128, ""),
-				"name", strLen(1, 128, ""),
+				"instance_id", shownText("Unique within the connection's registrations. "),
+				"skill", shownText(""),
+				"name", shownText(""),
 				"values", anyObject("The instance's configured values."),
 				"authority_scale", integer(0, 100, ""),
 			)),
@@ -243,7 +243,7 @@ func schemas() obj {
 		)),
 		"UserCreateRequest", closed("Decision: names are 1 to 128 characters; emails are unique across the server, compared "+
 			"case-insensitively (409 `manage.conflict`).", []string{"name", "email"}, o(
-			"name", strLen(1, 128, ""),
+			"name", nameField(),
 			"email", o("type", "string", "format", "email", "maxLength", 254),
 			"operator", boolean("").with("default", false),
 		)),
@@ -265,7 +265,7 @@ func schemas() obj {
 			"name", strLen(1, 128, ""),
 			"created_at", timeField(""),
 		)),
-		"WorkspaceCreateRequest", closed("", []string{"name"}, o("name", strLen(1, 128, ""))),
+		"WorkspaceCreateRequest", closed("", []string{"name"}, o("name", nameField())),
 		"WorkspaceList", closed("Oldest first.", []string{"workspaces"}, o("workspaces", array(ref("Workspace"), ""))),
 		"Member", closed("", []string{"workspace_id", "user_id", "role"}, o(
 			"workspace_id", id("w", ""),
@@ -316,7 +316,7 @@ func schemas() obj {
 			)),
 		"ConnectionCreateRequest", closed("", []string{"kind", "name"}, o(
 			"kind", enum("", "consumer", "producer"),
-			"name", strLen(1, 128, "Decision: 1 to 128 characters, no control characters, no bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069); names need not be unique."),
+			"name", nameField(),
 			"attempt_limit", integer(1, 1000, "The most deliveries a message gets before it moves to the dead-letter queue (consumers).").with("default", 5),
 			"quota_tier", o("type", "string", "minLength", 1, "default", "standard",
 				"description", "A tier of the server's configuration; an unknown tier is 400 `manage.bad_request`."),
@@ -324,7 +324,7 @@ func schemas() obj {
 		)),
 		"ConnectionUpdateRequest", closed("Fields left out are unchanged; `kind` cannot be changed. Decision: an empty object changes "+
 			"nothing and answers the connection.", nil, o(
-			"name", strLen(1, 128, ""),
+			"name", nameField(),
 			"attempt_limit", integer(1, 1000, ""),
 			"quota_tier", o("type", "string", "minLength", 1),
 			"subscriptions", ref("Subscriptions"),
@@ -432,4 +432,17 @@ func uri() obj { return o("type", "string", "format", "uri") }
 
 func cursor() obj {
 	return o("type", []string{"string", "null"}, "description", "Opaque.")
+}
+
+// shownText is a string of 1 to 128 characters that people see shown: no
+// control characters and no bidirectional embedding, override or isolate
+// characters, which would reorder the text shown after it.
+func shownText(d string) obj {
+	return strLen(1, 128, d+"Decision: no control characters, no bidirectional embedding, override or isolate characters "+
+		"(U+202A to U+202E, U+2066 to U+2069).")
+}
+
+// nameField is the name of a user, workspace or connection (decision 3).
+func nameField() obj {
+	return shownText("Decision: names need not be unique. ")
 }

@@ -1,0 +1,45 @@
+package bus_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sombus/sombus/internal/bus"
+)
+
+// TestNewNamesAndEmailsRefuseBidiControls: a user's name and email, a
+// workspace's name and a connection's name (created or renamed) refuse the
+// bidirectional controls that would reorder the text shown after them.
+func TestNewNamesAndEmailsRefuseBidiControls(t *testing.T) {
+	svc, op, ws, _ := operatorWorkspace(t, openStores["sqlite"](t))
+	ctx := t.Context()
+	kind, ok := bus.KindConsumer, "ok"
+	c, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := "pay\u202eroll"
+	for what, call := range map[string]func() error{
+		"user name": func() error {
+			_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: evil, Email: "a@example.com"})
+			return err
+		},
+		"user email": func() error {
+			_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: "A", Email: "a\u2067b@example.com"})
+			return err
+		},
+		"workspace": func() error { _, err := svc.CreateWorkspace(ctx, op, evil); return err },
+		"connection": func() error {
+			_, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &evil})
+			return err
+		},
+		"rename": func() error {
+			_, err := svc.UpdateConnection(ctx, op, ws, c.ID, bus.ConnectionParams{Name: &evil})
+			return err
+		},
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+			t.Errorf("%s with a bidirectional control: %v, want a refusal", what, err)
+		}
+	}
+}
