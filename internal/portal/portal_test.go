@@ -581,7 +581,7 @@ func TestPortalRefusalsAreCut(t *testing.T) {
 		t.Errorf("the refusal of a 5000-byte id is not cut:\n%.2000s", b.last)
 	}
 	b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil)
-	b.wantStatus("a long quota tier", b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {"c"}, "quota_tier": {long}}), 400)
+	b.wantStatus("a long quota tier", b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {"c"}, "kind": {"consumer"}, "quota_tier": {long}}), 400)
 	if strings.Contains(b.last, long[:1100]) || !strings.Contains(b.last, "bytes cut)") {
 		t.Errorf("the refusal of a 5000-byte quota tier is not cut:\n%.2000s", b.last)
 	}
