@@ -63,6 +63,7 @@ package sqlite
 // for good: the file then fails every call until it is closed.
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -515,8 +516,9 @@ func walClose(tls *libc.TLS, pFile uintptr) int32 {
 }
 
 // flushOwn flushes the gathered bytes of every WAL file written by the
-// connection of tls. A failure cannot be returned to anyone: the file keeps
-// it for good.
+// connection of tls, and returns the name of one it flushed ("" if none
+// held any). A failure cannot be returned to anyone: the file keeps it for
+// good.
 //
 // Only the connection's own files: a commit is published by the connection
 // that wrote it (its _walIndexWriteHdr calls xShmBarrier on its own
@@ -524,13 +526,13 @@ func walClose(tls *libc.TLS, pFile uintptr) int32 {
 // lock with its own xShmLock. Flushing other connections' bytes would add
 // nothing to that guarantee, and would split a commit that the writer is
 // gathering whenever a reader starts a read transaction.
-func flushOwn(tls *libc.TLS) (flushed bool) {
+func flushOwn(tls *libc.TLS) (flushed string) {
 	if gatherPending.Load() == 0 {
-		return false
+		return ""
 	}
 	p := gatherFiles.Load()
 	if p == nil {
-		return false
+		return ""
 	}
 	for _, f := range *p {
 		if f == nil {
@@ -538,7 +540,7 @@ func flushOwn(tls *libc.TLS) (flushed bool) {
 		}
 		f.mu.Lock()
 		if !f.closed && f.n > 0 && f.owner == tls {
-			flushed = true
+			flushed = f.name
 			if rc := f.flush(tls); rc != sqlite3.SQLITE_OK && f.fatal == sqlite3.SQLITE_OK {
 				f.fatal = rc
 			}
@@ -549,18 +551,38 @@ func flushOwn(tls *libc.TLS) (flushed bool) {
 }
 
 // gatherBarrierFlushes counts the barriers that found gathered bytes to
-// flush. The commit frame's own write flushes a commit, so a barrier
-// should never find any: one that did published a header whose frames it
-// wrote only then, with no way to fail the commit if that write failed.
-// The tests check it stays 0.
-var gatherBarrierFlushes atomic.Int64
+// flush, and gatherBarrierFirst names the WAL file of the first. The commit
+// frame's own write flushes a commit, so a barrier should never find any:
+// one that did published a header whose frames it wrote only then, with no
+// way to fail the commit if that write failed. The tests check it stays 0
+// (gatherBarrierReport).
+var (
+	gatherBarrierFlushes atomic.Int64
+	gatherBarrierFirst   atomic.Pointer[string]
+)
+
+// gatherBarrierReport says how many barriers found frames to write, and
+// in which WAL file first; "" if none did.
+func gatherBarrierReport() string {
+	n := gatherBarrierFlushes.Load()
+	if n == 0 {
+		return ""
+	}
+	first := ""
+	if p := gatherBarrierFirst.Load(); p != nil {
+		first = *p
+	}
+	return fmt.Sprintf("%d barriers of the gather VFS found WAL frames not yet written (the first in %s): "+
+		"a commit was published before its frames were in the file", n, first)
+}
 
 func dbShmBarrier(tls *libc.TLS, pFile uintptr) {
 	// The barrier sits between the two copies of the wal-index header that
 	// publish a commit (_walIndexWriteHdr): the frames must be in the WAL
 	// file before a reader can accept the header.
-	if flushOwn(tls) {
+	if name := flushOwn(tls); name != "" {
 		gatherBarrierFlushes.Add(1)
+		gatherBarrierFirst.CompareAndSwap(nil, &name)
 	}
 	m := origMethods(pFile)
 	(*(*func(*libc.TLS, uintptr))(unsafe.Pointer(&struct{ uintptr }{m.FxShmBarrier})))(tls, pFile)
