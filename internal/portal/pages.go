@@ -127,7 +127,7 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	// another's who used it) ends: its cookie is replaced, and a session no
 	// browser shows any more should not stay open until it goes idle, for
 	// anyone who copied its cookie. Not ending it does not undo the sign-in.
-	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != token {
+	if c, err := r.Cookie(sessionCookie); err == nil {
 		if err := p.svc.SignOut(r.Context(), c.Value); err != nil {
 			p.log.WarnContext(r.Context(), "portal: the session a sign-in replaced could not be ended; it ends when it goes idle", "err", err)
 		}
