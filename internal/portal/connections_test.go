@@ -443,7 +443,28 @@ func TestPortalConnectionKindRefused(t *testing.T) {
 		}
 	}
 	b.wantStatus("consumers", b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
-	if strings.Contains(b.last, ">k</a>") {
+	if strings.Contains(b.last, "<bdi>k</bdi></a>") {
 		t.Errorf("a connection was created with a kind the form does not offer:\n%s", b.last)
+	}
+}
+
+// TestPortalNamesIsolated: names are shown inside <bdi>, so that a name in
+// a right-to-left script (or one stored before its bidirectional controls
+// were refused) does not reorder the sentence around it.
+func TestPortalNamesIsolated(t *testing.T) {
+	n, b, _ := signedInOperator(t)
+	name := "طلبات 2"
+	ws := n.Workspace(name)
+	page := "/portal/workspaces/" + ws
+	b.wantStatus("workspace", b.do("GET", page, nil), 200)
+	if !strings.Contains(b.last, "<h1><bdi>"+name+"</bdi></h1>") {
+		t.Errorf("the workspace's name is not isolated in its title:\n%s", b.last)
+	}
+	b.wantStatus("consumers", b.do("GET", page+"/consumers", nil), 200)
+	resp := b.post(page+"/connections", url.Values{"name": {name}, "kind": {"consumer"}})
+	b.wantStatus("create", resp, http.StatusSeeOther)
+	b.wantStatus("connection", b.do("GET", resp.Header.Get("Location"), nil), 200)
+	if !strings.Contains(b.last, "<strong><bdi>"+name+"</bdi></strong>, to remove") {
+		t.Errorf("the name in the removal's label is not isolated:\n%s", b.last)
 	}
 }
