@@ -300,7 +300,8 @@ func (m *Manager) CreateAPIKey(ctx context.Context, userID string) (*APIKey, err
 
 // SetPassword sets the password a user signs in to the web portal with:
 // operators set anyone's, every user their own. It is at least 12
-// characters and at most 1024 bytes of UTF-8.
+// characters and at most 1024 bytes of UTF-8, without control characters
+// (line breaks, tabs, NUL).
 func (m *Manager) SetPassword(ctx context.Context, userID, password string) error {
 	return m.do(ctx, http.MethodPut, "/v1/manage/users/"+pathEscape(userID)+"/password", nil, map[string]string{"password": password}, nil)
 }

@@ -207,7 +207,7 @@ func newSetPasswordCommand(o *cliOptions) *cobra.Command {
 		Short: "Set the password you (or, as an operator, another user) sign in to the web portal with",
 		Long: "Set a portal password, read from standard input: typed twice without echo on a terminal, or the first line\n" +
 			"of a pipe (never a flag, so that it stays out of shell history and process lists). Without --user it is\n" +
-			"your own; operators may set anyone's. At least 12 characters, at most 1024 bytes.",
+			"your own; operators may set anyone's. At least 12 characters, at most 1024 bytes, no tabs or other control characters.",
 		Example: "  sombus user set-password\n  printf '%s\\n' \"$PORTAL_PASSWORD\" | sombus user set-password --user u_...",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -21,7 +23,11 @@ const (
 )
 
 // CheckPassword refuses a password shorter than MinPasswordLength
-// characters, longer than MaxPasswordBytes bytes or not UTF-8. The refusal
+// characters, longer than MaxPasswordBytes bytes, not UTF-8, or holding a
+// control character (a line break, a tab, NUL, DEL, U+0080 to U+009F): the
+// portal's password field cannot send one (browsers drop line breaks from
+// it, and a tab moves to the next field), so a password set through the
+// API or the CLI with one could never be used to sign in. The refusal
 // never holds the password.
 func CheckPassword(password string) error {
 	switch {
@@ -31,6 +37,8 @@ func CheckPassword(password string) error {
 		return Errorf(RuleManageBadRequest, "password must be at most %d bytes; it has %d.", MaxPasswordBytes, len(password))
 	case utf8.RuneCountInString(password) < MinPasswordLength:
 		return Errorf(RuleManageBadRequest, "password must be at least %d characters; it has %d.", MinPasswordLength, utf8.RuneCountInString(password))
+	case strings.ContainsFunc(password, unicode.IsControl):
+		return Errorf(RuleManageBadRequest, "password must not contain control characters (line breaks, tabs, NUL): the portal's sign-in form cannot send them.")
 	}
 	return nil
 }

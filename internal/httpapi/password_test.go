@@ -34,12 +34,16 @@ func TestSetPassword(t *testing.T) {
 		body  any
 		words []string
 	}{
-		"missing":   {map[string]any{}, []string{"password", "required"}},
-		"short":     {map[string]any{"password": "elevenchars"}, []string{"password", "12 characters"}},
-		"long":      {map[string]any{"password": strings.Repeat("é", 513)}, []string{"password", "1024 bytes"}},
-		"not text":  {map[string]any{"password": 123456789012}, []string{"password"}},
-		"unknown":   {map[string]any{"password": pw, "hint": "x"}, []string{"hint"}},
-		"null body": {nil, nil},
+		"missing":    {map[string]any{}, []string{"password", "required"}},
+		"short":      {map[string]any{"password": "elevenchars"}, []string{"password", "12 characters"}},
+		"long":       {map[string]any{"password": strings.Repeat("é", 513)}, []string{"password", "1024 bytes"}},
+		"not text":   {map[string]any{"password": 123456789012}, []string{"password"}},
+		"line break": {map[string]any{"password": "éééééééééééé\n"}, []string{"password", "control characters"}},
+		"tab":        {map[string]any{"password": "ééééé\tééééééé"}, []string{"password", "control characters"}},
+		"NUL":        {map[string]any{"password": "éééééééééééé\u0000"}, []string{"password", "control characters"}},
+		"C1":         {map[string]any{"password": "éééééééééééé\u0085"}, []string{"password", "control characters"}},
+		"unknown":    {map[string]any{"password": pw, "hint": "x"}, []string{"hint"}},
+		"null body":  {nil, nil},
 	} {
 		msg := wantRefusal(t, n.do(t, "PUT", passwordPath(adaID), opKey, tc.body), 400, bus.RuleManageBadRequest)
 		wantMessage(t, msg, tc.words...)

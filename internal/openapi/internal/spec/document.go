@@ -324,7 +324,8 @@ func paths() obj {
 			mopt{forbid: true, notFound: "No such user.", body: true})),
 		"/v1/manage/users/{u}/password", o("put", mop("setPassword", "Set a user's portal password", "operator, or the user themselves",
 			"Decision: sets the password the user signs in to the web portal with (`/portal/`); API keys are unchanged. "+
-				"A password is 12 to 1024 bytes of UTF-8 with at least 12 characters; it is kept only as an Argon2id hash and "+
+				"A password is 12 to 1024 bytes of UTF-8 with at least 12 characters and no control characters (line breaks, tabs, NUL: "+
+				"the portal's sign-in form cannot send them); it is kept only as an Argon2id hash and "+
 				"never written to the audit log (the entry is `user.password_set`). Setting it ends the user's portal sessions.",
 			[]obj{paramRef("user")}, jsonBody("PasswordPutRequest", true, ""),
 			204, o("description", "Set."),

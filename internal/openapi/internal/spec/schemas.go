@@ -273,7 +273,7 @@ func schemas() obj {
 			"role", ref("Role"),
 		)),
 		"PasswordPutRequest", closed("Decision: a portal password.", []string{"password"}, o("password",
-			strLen(12, 1024, "At least 12 characters and at most 1024 bytes of UTF-8."))),
+			strLen(12, 1024, "At least 12 characters and at most 1024 bytes of UTF-8, without control characters (line breaks, tabs, NUL)."))),
 		"MemberPutRequest", closed("", []string{"role"}, o("role", ref("Role"))),
 		"Subscription", closed("Routes messages whose topic matches `topic` (and, when `producers` is given, that come from one of them). "+
 			"Patterns match dot-separated segments: `*` exactly one segment, a final `>` one or more; other segments are "+
