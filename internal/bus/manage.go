@@ -326,6 +326,22 @@ func (s *Service) GetWorkspace(ctx context.Context, a *Actor, id string) (Worksp
 // SetMember grants or changes a user's role (owners only). The last owner
 // cannot be demoted.
 func (s *Service) SetMember(ctx context.Context, a *Actor, workspaceID, userID string, role Role) (Member, error) {
+	return s.setMember(ctx, a, workspaceID, userID, role, false)
+}
+
+// ChangeMemberRole changes the role of a user who is a member now, as
+// SetMember does, and refuses (not found) instead of adding one who is
+// not: a form to change a member's role, drawn before that member was
+// removed, must not bring them back.
+func (s *Service) ChangeMemberRole(ctx context.Context, a *Actor, workspaceID, userID string, role Role) (Member, error) {
+	return s.setMember(ctx, a, workspaceID, userID, role, true)
+}
+
+// errNotMember is setMember's refusal of a user who is not a member when
+// it may only change a role.
+var errNotMember = errors.New("not a member")
+
+func (s *Service) setMember(ctx context.Context, a *Actor, workspaceID, userID string, role Role, existing bool) (Member, error) {
 	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
 		return Member{}, err
 	}
@@ -341,6 +357,9 @@ func (s *Service) SetMember(ctx context.Context, a *Actor, workspaceID, userID s
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
+		if err != nil && existing {
+			return errNotMember
+		}
 		if old.Role == RoleOwner && role != RoleOwner {
 			if err := s.keepAnOwner(tx, workspaceID, userID); err != nil {
 				return err
@@ -351,6 +370,9 @@ func (s *Service) SetMember(ctx context.Context, a *Actor, workspaceID, userID s
 		}
 		return tx.AuditInsert(s.audit(a, workspaceID, "member.set", userID, map[string]any{"role": string(role), "previous_role": string(old.Role)}))
 	})
+	if errors.Is(err, errNotMember) {
+		return Member{}, Errorf(RuleManageNotFound, "User %s is not a member of workspace %s (removed since the page was shown?); nothing was changed.", userID, workspaceID)
+	}
 	if errors.Is(err, ErrNotFound) {
 		return Member{}, Errorf(RuleManageNotFound, "User %s not found.", userID)
 	}

@@ -264,6 +264,11 @@ func (p *Portal) memberFail(w http.ResponseWriter, r *http.Request, s *Session, 
 		// Not theirs to change (or to see): the error page says so.
 		return err
 	}
+	if e.Status == http.StatusNotFound && strings.HasPrefix(form, "member-") {
+		// The member's row is gone (removed meanwhile, or never there):
+		// the refusal goes above the list, where it can be seen.
+		form = "members"
+	}
 	return p.showWorkspace(w, r, s, e.Status, View{Error: refusalText(e), ErrorForm: form, Form: r.PostForm})
 }
 
@@ -286,7 +291,7 @@ func (p *Portal) setMember(w http.ResponseWriter, r *http.Request, s *Session) e
 
 func (p *Portal) changeMember(w http.ResponseWriter, r *http.Request, s *Session) error {
 	ws := r.PathValue("t")
-	_, err := p.svc.SetMember(r.Context(), s.Actor, ws, r.PathValue("u"), bus.Role(r.PostForm.Get("role")))
+	_, err := p.svc.ChangeMemberRole(r.Context(), s.Actor, ws, r.PathValue("u"), bus.Role(r.PostForm.Get("role")))
 	if err != nil {
 		return p.memberFail(w, r, s, "member-"+r.PathValue("u"), err)
 	}

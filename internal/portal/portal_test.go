@@ -3,6 +3,7 @@ package portal_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -623,5 +624,43 @@ func TestPortalSignInEndsReplacedSession(t *testing.T) {
 	}
 	if resp := first.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/signin") {
 		t.Fatalf("the replaced session: %d to %q, want a redirect to sign in", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestPortalRoleFormOfRemovedMember: a "Save role" form drawn before its
+// member was removed (another owner's tab, a page left open) does not add
+// them back, and says why above the members' list, where the removed
+// member's row no longer is; so does a second removal.
+func TestPortalRoleFormOfRemovedMember(t *testing.T) {
+	n, b, ws := signedInOperator(t)
+	r := n.Do("POST", "/v1/manage/users", servertest.BootstrapKey, map[string]any{"name": "Ada", "email": "ada@example.com"})
+	if r.Status != 201 {
+		t.Fatalf("create user: %d %s", r.Status, r.Body)
+	}
+	var u struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(r.Body, &u); err != nil {
+		t.Fatal(err)
+	}
+	if r := n.Do("PUT", "/v1/manage/workspaces/"+ws+"/members/"+u.ID, servertest.BootstrapKey, map[string]any{"role": "developer"}); r.Status != 200 {
+		t.Fatalf("add member: %d %s", r.Status, r.Body)
+	}
+	page := "/portal/workspaces/" + ws
+	b.do("GET", page, nil)
+	b.wantStatus("remove", b.post(page+"/members/"+u.ID+"/remove", nil), http.StatusSeeOther)
+	b.do("GET", page, nil)
+	b.wantStatus("the old role form", b.post(page+"/members/"+u.ID, url.Values{"role": {"viewer"}}), http.StatusNotFound)
+	b.wantText("is not a member of workspace", "nothing was changed")
+	if !strings.Contains(b.last, `class="form-error"`) {
+		t.Errorf("the refusal is not shown:\n%s", b.last)
+	}
+	if r := n.Do("GET", "/v1/manage/workspaces/"+ws, servertest.BootstrapKey, nil); r.Status != 200 || strings.Contains(string(r.Body), u.ID) {
+		t.Fatalf("after the old role form the workspace is %d %s; want Ada still removed", r.Status, r.Body)
+	}
+	b.wantStatus("a second removal", b.post(page+"/members/"+u.ID+"/remove", nil), http.StatusNotFound)
+	b.wantText("is not a member of workspace")
+	if !strings.Contains(b.last, `class="form-error"`) {
+		t.Errorf("the refusal of a second removal is not shown:\n%s", b.last)
 	}
 }
