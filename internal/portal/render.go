@@ -190,8 +190,33 @@ func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // safeNext reports whether next is a portal path to return to after
 // signing in (never another site, never the sign-in or sign-out page).
+// The checks hold for the path as it is written and as it is decoded,
+// and no segment may be "." or "..", written or percent-encoded: the
+// redirect tidies those away (and a browser decodes %2e), so
+// /portal/../v1/... would leave the portal.
 func safeNext(next string) bool {
-	return strings.HasPrefix(next, Prefix) && !strings.HasPrefix(next, "//") && !strings.Contains(next, "\\") &&
-		!strings.HasPrefix(next, Prefix+"signin") && !strings.HasPrefix(next, Prefix+"signout") &&
-		!strings.HasPrefix(next, Prefix+"static/") && bus.PlainText(next)
+	if !bus.PlainText(next) {
+		return false
+	}
+	path := next
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	decoded, err := url.PathUnescape(path)
+	if err != nil {
+		return false
+	}
+	for _, seg := range strings.Split(decoded, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	for _, p := range []string{next, decoded} {
+		if !strings.HasPrefix(p, Prefix) || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") ||
+			strings.HasPrefix(p, Prefix+"signin") || strings.HasPrefix(p, Prefix+"signout") ||
+			strings.HasPrefix(p, Prefix+"static/") {
+			return false
+		}
+	}
+	return true
 }
