@@ -323,7 +323,7 @@ func claims(t testing.TB, token string) map[string]any {
 	t.Helper()
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
-		t.Fatalf("token is not a JWS compact serialization: %q", token)
+		t.Fatalf("token is not a JWS compact serialization: %d dot-separated parts, %d bytes", len(parts), len(token))
 	}
 	b, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {

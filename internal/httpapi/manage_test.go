@@ -282,9 +282,9 @@ func TestUsersAndKeys(t *testing.T) {
 
 	// Only hashes are kept: no key appears in the database files.
 	db := n.storeBytes(t)
-	for _, key := range []string{k.APIKey, k2.APIKey, opKey} {
+	for i, key := range []string{k.APIKey, k2.APIKey, opKey} {
 		if strings.Contains(string(db), key) {
-			t.Errorf("API key %q appears in the SQLite files", key)
+			t.Errorf("API key %d of 3 appears in the SQLite files", i+1)
 		}
 	}
 	// No key in the audit log (user.create and key.create are not in a workspace's

@@ -92,7 +92,7 @@ func TestBrowserConsumerConnection(t *testing.T) {
 	e.WantText("Your new client secret", "Try it with curl", "/consumers/"+id+"/messages")
 	secret := e.Text("#client-secret")
 	if secret == "" || !strings.Contains(e.Text("#cmd-token"), secret) {
-		t.Fatalf("secret %q not in the token command %q", secret, e.Text("#cmd-token"))
+		t.Fatalf("the secret shown is not in the token command (%d characters)", len(e.Text("#cmd-token")))
 	}
 	e.Node.Token(id, secret)
 	checkAccessible(e, "connection with a new secret")
