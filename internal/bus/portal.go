@@ -71,38 +71,67 @@ func AcquirePasswordWork(ctx context.Context) (release func(), err error) {
 // the one a is acting through) and writes a user.password_set audit entry
 // without the password.
 func (s *Service) SetPassword(ctx context.Context, a *Actor, userID, password string) error {
+	_, err := s.setPassword(ctx, a, userID, password, false)
+	return err
+}
+
+// SetOwnPasswordNewSession sets the password of the user of the portal
+// session a acts through, ends every session of the user, that one too,
+// and opens a new one, all in one transaction; it returns the new
+// session's token. The session that set the password ends as the others
+// do (its cookie may have been copied); the browser that set it goes on
+// in the new one.
+func (s *Service) SetOwnPasswordNewSession(ctx context.Context, a *Actor, password string) (token string, err error) {
+	return s.setPassword(ctx, a, a.User.ID, password, true)
+}
+
+func (s *Service) setPassword(ctx context.Context, a *Actor, userID, password string, renew bool) (token string, err error) {
 	if userID != a.User.ID {
 		if err := requireOperator(a); err != nil {
-			return Errorf(RuleManageForbidden, "Only operators may set another user's password.")
+			return "", Errorf(RuleManageForbidden, "Only operators may set another user's password.")
 		}
 	}
 	if err := CheckPassword(password); err != nil {
-		return err
+		return "", err
 	}
 	release, err := AcquirePasswordWork(ctx)
 	if err != nil {
-		return err
+		return "", err
 	}
 	hash := s.cfg.Credentials.HashPassword(password)
 	release()
+	keep := a.Session
+	var sess Session
+	if renew {
+		keep = nil
+		token = randomToken()
+		now := s.clock.Now()
+		sess = Session{TokenHash: s.cfg.Credentials.Hash(token), UserID: userID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now}
+	}
 	var ended int
 	err = s.store.Update(ctx, func(tx Tx) error {
 		if err := tx.UserPasswordSet(userID, hash); err != nil {
 			return err
 		}
 		var err error
-		if ended, err = tx.SessionDeleteUser(userID, a.Session); err != nil {
+		if ended, err = tx.SessionDeleteUser(userID, keep); err != nil {
 			return err
+		}
+		if renew {
+			// After the user's row, as a sign-in takes them (SignIn).
+			if err := tx.SessionCreate(sess); err != nil {
+				return err
+			}
 		}
 		return tx.AuditInsert(s.audit(a, "", "user.password_set", userID, map[string]any{"sessions_ended": ended}))
 	})
 	if errors.Is(err, ErrNotFound) {
-		return Errorf(RuleManageNotFound, "User %s not found.", userID)
+		return "", Errorf(RuleManageNotFound, "User %s not found.", userID)
 	}
 	if err != nil {
-		return fmt.Errorf("set password: %w", err)
+		return "", fmt.Errorf("set password: %w", err)
 	}
-	return nil
+	return token, nil
 }
 
 // PasswordMatches reports whether password is the user's current password

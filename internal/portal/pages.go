@@ -362,7 +362,10 @@ func (p *Portal) setPassword(w http.ResponseWriter, r *http.Request, s *Session)
 		v.Error = "The two passwords differ. Type the same new password twice."
 		return p.render(w, r, s, http.StatusBadRequest, "password", v)
 	}
-	if err := p.svc.SetPassword(r.Context(), s.Actor, s.Actor.User.ID, pw); err != nil {
+	// Every session of the user ends, this one too (its cookie may have
+	// been copied); this browser goes on in a new one.
+	token, err := p.svc.SetOwnPasswordNewSession(r.Context(), s.Actor, pw)
+	if err != nil {
 		e, ok := bus.AsError(err)
 		if !ok {
 			return err
@@ -370,6 +373,7 @@ func (p *Portal) setPassword(w http.ResponseWriter, r *http.Request, s *Session)
 		v.Error = refusalText(e)
 		return p.render(w, r, s, e.Status, "password", v)
 	}
+	p.setCookie(w, sessionCookie, token, p.cfg.Sessions.Absolute)
 	p.redirect(w, r, Prefix+"password", "password-set")
 	return nil
 }

@@ -617,7 +617,7 @@ func TestPortalSignInEndsReplacedSession(t *testing.T) {
 		t.Fatalf("sign in over a live session: %d\n%s", resp.StatusCode, b.last)
 	}
 	if now := session(b); now == "" || now == old {
-		t.Fatalf("the sign-in left the session cookie %q", now)
+		t.Fatalf("after the sign-in the session cookie is missing or unchanged (missing: %v)", now == "")
 	}
 	if resp := b.do("GET", "/portal/", nil); resp.StatusCode != 200 {
 		t.Fatalf("the new session: %d, want 200", resp.StatusCode)
@@ -700,5 +700,44 @@ func TestPortalNextStaysInThePortal(t *testing.T) {
 		if got := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || got != want {
 			t.Errorf("signing in, next %q: %d to %q, want 303 to %q", next, resp.StatusCode, got, want)
 		}
+	}
+}
+
+// TestPortalPasswordChangeRenewsSession: changing one's password in the
+// portal ends every session of the user, the one that changed it too (a
+// copy of its cookie opens nothing afterwards); the browser goes on in a
+// new session with a new form token.
+func TestPortalPasswordChangeRenewsSession(t *testing.T) {
+	_, b, _ := signedInOperator(t)
+	n := b.n
+	u := &url.URL{Scheme: "http", Host: strings.TrimPrefix(n.URL, "http://"), Path: "/portal/"}
+	session := func() string {
+		for _, c := range b.c.Jar.Cookies(u) {
+			if c.Name == "sombus_session" {
+				return c.Value
+			}
+		}
+		return ""
+	}
+	old := session()
+	b.do("GET", "/portal/password", nil)
+	oldCSRF := b.csrf()
+	resp := b.post("/portal/password", url.Values{"current": {operatorPassword}, "password": {"a brand new password"}, "confirm": {"a brand new password"}})
+	b.wantStatus("change the password", resp, http.StatusSeeOther)
+	if now := session(); now == "" || now == old {
+		t.Fatalf("after the change the session cookie is missing or unchanged (missing: %v); want a new one", now == "")
+	}
+	b.follow(resp)
+	b.wantText("Password saved.")
+	if b.csrf() == oldCSRF {
+		t.Error("the new session kept the old form token")
+	}
+	copied := newBrowser(t, n)
+	copied.c.Jar.SetCookies(u, []*http.Cookie{{Name: "sombus_session", Value: old, Path: "/portal/"}})
+	if resp := copied.do("GET", "/portal/", nil); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/portal/signin") {
+		t.Fatalf("a copy of the old session's cookie: %d to %q, want a redirect to sign in", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if resp := b.do("GET", "/portal/", nil); resp.StatusCode != 200 {
+		t.Fatalf("the new session: %d, want 200", resp.StatusCode)
 	}
 }
