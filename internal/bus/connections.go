@@ -107,8 +107,8 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 			return err
 		}
 	}
-	if p.AttemptLimit != nil && (*p.AttemptLimit < 1 || *p.AttemptLimit > 1000) {
-		return Errorf(RuleManageBadRequest, "attempt_limit must be between 1 and 1000.")
+	if p.AttemptLimit != nil && (*p.AttemptLimit < 1 || *p.AttemptLimit > MaxAttemptLimit) {
+		return Errorf(RuleManageBadRequest, "attempt_limit must be between 1 and %d.", MaxAttemptLimit)
 	}
 	if p.AttemptLimit != nil && kind != KindConsumer {
 		return Errorf(RuleManageBadRequest, "attempt_limit applies to consumer connections only.")

@@ -25,6 +25,7 @@ var Overlaps = map[string]time.Duration{"24h": 24 * time.Hour, "3d": 72 * time.H
 // Limits of management fields.
 const (
 	MaxNameLength      = 128
+	MaxAttemptLimit    = 1000
 	MaxSubscriptions   = 100
 	MaxProducerFilters = 100
 	MaxRegistrations   = 100

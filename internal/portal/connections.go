@@ -62,8 +62,8 @@ type connectionsData struct {
 	Tiers       []string
 }
 
-// CanDevelop reports whether the user may create and change connections.
-func (d connectionsData) CanDevelop() bool { return d.Role.AtLeast(bus.RoleDeveloper) }
+// CanAdmin reports whether the user may create connections.
+func (d connectionsData) CanAdmin() bool { return d.Role.AtLeast(bus.RoleAdmin) }
 
 // Consumer reports whether the list is of consumers.
 func (d connectionsData) Consumer() bool { return d.Kind == bus.KindConsumer }

@@ -741,3 +741,46 @@ func TestPortalPasswordChangeRenewsSession(t *testing.T) {
 		t.Fatalf("the new session: %d, want 200", resp.StatusCode)
 	}
 }
+
+// TestPortalFormsFollowTheRoles: the create-connection form is shown to
+// those the service lets create one (admins and owners), not to
+// developers, who are told who can; the forms' own limits are the
+// service's; the roles' help says what each role may do.
+func TestPortalFormsFollowTheRoles(t *testing.T) {
+	n, b, ws := signedInOperator(t)
+	for _, who := range []struct{ name, role string }{{"dev", "developer"}, {"adm", "admin"}} {
+		r := n.Do("POST", "/v1/manage/users", servertest.BootstrapKey, map[string]any{"name": who.name, "email": who.name + "@example.com"})
+		if r.Status != 201 {
+			t.Fatalf("create user: %d %s", r.Status, r.Body)
+		}
+		var u struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(r.Body, &u); err != nil {
+			t.Fatal(err)
+		}
+		if r := n.Do("PUT", "/v1/manage/workspaces/"+ws+"/members/"+u.ID, servertest.BootstrapKey, map[string]any{"role": who.role}); r.Status != 200 {
+			t.Fatalf("add member: %d %s", r.Status, r.Body)
+		}
+		setPassword(t, n, u.ID, who.name+" password 1234")
+		c := newBrowser(t, n)
+		c.wantStatus("sign in", c.signIn(who.name+"@example.com", who.name+" password 1234"), http.StatusSeeOther)
+		c.wantStatus("consumers", c.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
+		form := strings.Contains(c.last, `id="create-connection"`)
+		if who.role == "developer" && (form || !strings.Contains(c.last, "An admin of this workspace can create one.")) {
+			t.Errorf("a developer is shown the create form (%v), or not told who can create one:\n%s", form, c.last)
+		}
+		if who.role == "admin" && !form {
+			t.Errorf("an admin is not shown the create form:\n%s", c.last)
+		}
+	}
+	b.wantStatus("consumers", b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
+	for _, want := range []string{fmt.Sprintf(`maxlength="%d"`, bus.MaxNameLength), fmt.Sprintf(`max="%d"`, bus.MaxAttemptLimit)} {
+		if !strings.Contains(b.last, want) {
+			t.Errorf("the create form lacks %s", want)
+		}
+	}
+	b.wantStatus("workspace", b.do("GET", "/portal/workspaces/"+ws, nil), 200)
+	b.wantText("also gets, rotates and revokes connections' secrets and redrives dead letters",
+		"also creates, changes, revokes and removes connections, purges queues and reads the audit log")
+}

@@ -89,6 +89,10 @@ var funcs = template.FuncMap{
 	},
 	// field is what was typed into a field of the form that failed.
 	"field": func(v View, name string) string { return v.Form.Get(name) },
+	// maxName and maxAttempts are the service's limits of a name and of an
+	// attempt limit, for the forms' own checks.
+	"maxName":     func() int { return bus.MaxNameLength },
+	"maxAttempts": func() int { return bus.MaxAttemptLimit },
 	// roles lists the roles, weakest first.
 	"roles": func() []bus.Role { return []bus.Role{bus.RoleViewer, bus.RoleDeveloper, bus.RoleAdmin, bus.RoleOwner} },
 	// pathEscape escapes one path segment.
