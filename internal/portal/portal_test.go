@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sombus/sombus/internal/bus"
 	"github.com/sombus/sombus/internal/portal"
@@ -783,4 +784,30 @@ func TestPortalFormsFollowTheRoles(t *testing.T) {
 	b.wantStatus("workspace", b.do("GET", "/portal/workspaces/"+ws, nil), 200)
 	b.wantText("also gets, rotates and revokes connections' secrets and redrives dead letters",
 		"also creates, changes, revokes and removes connections, purges queues and reads the audit log")
+}
+
+// TestPortalEchoesOnlyText: what a refused form or a filter shows back of
+// the request is UTF-8 text: invalid bytes and NUL come back as U+FFFD.
+func TestPortalEchoesOnlyText(t *testing.T) {
+	n, b, ws := signedInOperator(t)
+	bad := "a\xff\xfe\x00b"
+	check := func(what string) {
+		t.Helper()
+		if !utf8.ValidString(b.last) || strings.Contains(b.last, "\x00") {
+			t.Errorf("%s: the page holds bytes that are not UTF-8 text", what)
+		}
+		if !strings.Contains(b.last, "a\uFFFD") {
+			t.Errorf("%s: the value is not shown back with U+FFFD:\n%.3000s", what, b.last)
+		}
+	}
+	b.do("GET", "/portal/workspaces/"+ws+"/consumers", nil)
+	b.wantStatus("a connection named with bad bytes", b.post("/portal/workspaces/"+ws+"/connections", url.Values{"name": {bad}, "kind": {"consumer"}}), 400)
+	check("create connection")
+	b.wantStatus("the audit log from a bad date", b.do("GET", "/portal/workspaces/"+ws+"/audit?from="+url.QueryEscape(bad), nil), 400)
+	check("audit filter")
+	c := newBrowser(t, n)
+	c.do("GET", "/portal/signin", nil)
+	c.wantStatus("sign in with a bad email", c.do("POST", "/portal/signin", url.Values{"csrf": {c.csrf()}, "email": {bad + "@example.com"}, "password": {"whatever it is"}}), 401)
+	b = c
+	check("sign-in")
 }

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sombus/sombus/internal/bus"
 )
@@ -87,8 +88,11 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	// field is what was typed into a field of the form that failed.
-	"field": func(v View, name string) string { return v.Form.Get(name) },
+	// field is what was typed into a field of the form that failed, as
+	// input shows it.
+	"field": func(v View, name string) string { return shownInput(v.Form.Get(name)) },
+	// input is a value from the request shown back in a field.
+	"input": shownInput,
 	// maxName and maxAttempts are the service's limits of a name and of an
 	// attempt limit, for the forms' own checks.
 	"maxName":     func() int { return bus.MaxNameLength },
@@ -187,6 +191,16 @@ func (p *Portal) renderError(w http.ResponseWriter, r *http.Request, s *Session,
 		p.log.ErrorContext(r.Context(), "portal: render error page", "err", err)
 		http.Error(w, message, status)
 	}
+}
+
+// shownInput is a value from the request as a page shows it back in a
+// field: bytes that are not UTF-8, and NUL, become U+FFFD (the template
+// escapes the rest), so that nothing from outside reaches a page unchecked.
+func shownInput(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "\x00") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // urlQueryEscape escapes a query value.
