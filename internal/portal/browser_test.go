@@ -1,6 +1,7 @@
 package portal_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,53 @@ func TestBrowserPassword(t *testing.T) {
 	e.SignIn("ada@example.com", "ada's new long password")
 	if e.Path() != "/portal/" {
 		t.Fatalf("the new password does not sign in: %s", e.URL())
+	}
+}
+
+// TestBrowserFormsAreSentOnce: a second submit of a form already sent (a
+// double click while the answer is on its way) is dropped, shown with a
+// pair of submit events; and with the script in place a real double click
+// on Create still sends the first (one connection is made, not two). Here
+// the answer comes back within milliseconds and Chrome drops a click on
+// the page it left, so the double click alone would pass without the
+// script; against a slow server it would not.
+func TestBrowserFormsAreSentOnce(t *testing.T) {
+	t.Parallel()
+	e := portaltest.Start(t)
+	ws := e.Workspace("Once")
+	e.SignIn(portaltest.OperatorEmail, portaltest.OperatorPassword)
+	e.Go("/portal/workspaces/" + ws + "/producers")
+	got := portaltest.Eval[string](e, `(() => {
+		const f = document.querySelector("#create-connection");
+		const a = new Event("submit", {bubbles: true, cancelable: true});
+		const b = new Event("submit", {bubbles: true, cancelable: true});
+		f.dispatchEvent(a);
+		f.dispatchEvent(b);
+		delete f.dataset.sent;
+		return a.defaultPrevented + "," + b.defaultPrevented;
+	})()`)
+	if got != "false,true" {
+		t.Fatalf("two submits of one form: prevented %s, want false,true", got)
+	}
+	e.Fill("#conn-name", "twice clicked")
+	portaltest.Eval[string](e, `(() => { const b = document.querySelector("#create-connection button[type=submit]"); b.click(); setTimeout(() => b.click(), 60); return "clicked"; })()`)
+	count := func() int {
+		var list struct {
+			Connections []json.RawMessage `json:"connections"`
+		}
+		r := e.Node.Do("GET", "/v1/manage/workspaces/"+ws+"/connections", servertest.BootstrapKey, nil)
+		if err := json.Unmarshal(r.Body, &list); err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Connections)
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the double click made no connection")
+		}
+	}
+	time.Sleep(time.Second) // a second request, if sent, has long been answered
+	if n := count(); n != 1 {
+		t.Fatalf("a double click made %d connections, want 1", n)
 	}
 }
