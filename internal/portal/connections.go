@@ -306,7 +306,14 @@ func (p *Portal) connectionFail(w http.ResponseWriter, r *http.Request, s *Sessi
 	if !ok || e.Status == http.StatusForbidden || e.Status == http.StatusNotFound {
 		return err
 	}
-	return p.showConnection(w, r, s, e.Status, View{Error: refusalText(e), ErrorForm: form, Form: r.PostForm}, nil)
+	msg := refusalText(e)
+	if e.Status == http.StatusConflict && (form == "secret" || form == "rotate") {
+		// The usual way here is this page's own form sent twice (a reload
+		// of the page that showed the secret, a second click): the first
+		// answer showed the secret, which is not kept.
+		msg += " If this page was sent twice and you did not see the new secret, rotate the secret to get another one."
+	}
+	return p.showConnection(w, r, s, e.Status, View{Error: msg, ErrorForm: form, Form: r.PostForm}, nil)
 }
 
 func (p *Portal) issueSecret(w http.ResponseWriter, r *http.Request, s *Session) error {

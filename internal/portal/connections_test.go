@@ -109,6 +109,10 @@ func TestConnectionPages(t *testing.T) {
 	b.wantText(n.URL+"/v1/oauth/token", "/consumers/"+id+"/messages", "/consumers/"+id+"/ack", "/consumers/"+id+"/nack", "/consumers/"+id+"/skills",
 		"-u '"+id+":"+html.UnescapeString(secret[1])+"'", `data-copy="client-secret"`, "/portal/static/copy.js")
 	n.Token(id, html.UnescapeString(secret[1]))
+	// The form sent again (the page that showed the secret reloaded, a
+	// second click): refused, saying what to do if the secret was missed.
+	b.wantStatus("secret again", b.post(conn+"/secret", nil), 409)
+	b.wantText("rotate the secret to get another one")
 	// Reloading never shows it again; with a secret active the page offers
 	// rotate and revoke, not another Get client secret.
 	b.do("GET", conn, nil)
@@ -131,7 +135,7 @@ func TestConnectionPages(t *testing.T) {
 	// The same form sent again (a reload of the page with the new secret)
 	// rotates nothing: the secret just shown and the old one keep working.
 	b.wantStatus("rotate again", b.post(conn+"/rotate", rotate), 409)
-	b.wantText("The secret was rotated since this page was shown")
+	b.wantText("The secret was rotated since this page was shown", "rotate the secret to get another one")
 	n.Token(id, rotated)
 	n.Token(id, html.UnescapeString(secret[1]))
 	b.do("GET", conn, nil)
