@@ -123,7 +123,9 @@ func (s *Service) checkConnectionParams(a *Actor, kind ConnectionKind, p Connect
 		}
 	}
 	if p.Subscriptions != nil {
-		if kind != KindConsumer {
+		if kind != KindConsumer && len(*p.Subscriptions) > 0 {
+			// A producer's list is always empty: the empty list it shows
+			// may be sent back.
 			return Errorf(RuleManageBadRequest, "subscriptions apply to consumer connections only.")
 		}
 		if len(*p.Subscriptions) > MaxSubscriptions {

@@ -67,3 +67,27 @@ func TestSubscriptionsThatCanNeverMatch(t *testing.T) {
 		}
 	})
 }
+
+// TestProducerSubscriptionsEmpty: a producer's subscriptions are always
+// the empty list it shows; that list may be sent back on create and
+// update (a client writing back what it read), a non-empty one is refused.
+func TestProducerSubscriptionsEmpty(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, n *node) {
+		ws := n.workspace(t, opKey, "prod-subs")
+		r := n.do(t, "POST", connsPath(ws), opKey, map[string]any{"kind": "producer", "name": "p", "subscriptions": []any{}})
+		r.Must(t, 201)
+		var c struct {
+			ID            string `json:"id"`
+			Subscriptions []any  `json:"subscriptions"`
+		}
+		r.Decode(t, &c)
+		if c.Subscriptions == nil || len(c.Subscriptions) != 0 {
+			t.Fatalf("a producer created with [] shows subscriptions %v", c.Subscriptions)
+		}
+		n.do(t, "PATCH", connPath(ws, c.ID), opKey, map[string]any{"subscriptions": []any{}}).Must(t, 200)
+		msg := wantRefusal(t, n.do(t, "PATCH", connPath(ws, c.ID), opKey, map[string]any{"subscriptions": []any{map[string]any{"topic": "som.>"}}}), 400, "manage.bad_request")
+		wantMessage(t, msg, "subscriptions", "consumer connections only")
+		wantRefusal(t, n.do(t, "POST", connsPath(ws), opKey, map[string]any{"kind": "producer", "name": "q", "subscriptions": []any{map[string]any{"topic": "som.>"}}}), 400, "manage.bad_request")
+	})
+}
