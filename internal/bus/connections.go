@@ -2,11 +2,8 @@ package bus
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -322,35 +319,6 @@ type ConnectionListPage struct {
 	NextCursor  *string          `json:"next_cursor"`
 }
 
-// errBadConnectionCursor refuses a cursor the listing did not return.
-var errBadConnectionCursor = Errorf(RuleManageBadRequest, "cursor is not a cursor this listing returned.")
-
-// encodeConnectionCursor makes the opaque cursor of a position: the
-// creation time (milliseconds) and insertion order of the page's last
-// connection, so that it stays valid when that connection is removed.
-func encodeConnectionCursor(p ConnectionPosition) string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%d", p.CreatedAt.UnixMilli(), p.Seq))
-}
-
-// decodeConnectionCursor reads a cursor of encodeConnectionCursor; "" is
-// the first page (nil).
-func decodeConnectionCursor(cursor string) (*ConnectionPosition, error) {
-	if cursor == "" {
-		return nil, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(b) > 48 {
-		return nil, errBadConnectionCursor
-	}
-	at, seq, ok := strings.Cut(string(b), ".")
-	msec, err1 := strconv.ParseInt(at, 10, 64)
-	n, err2 := strconv.ParseInt(seq, 10, 64)
-	if !ok || err1 != nil || err2 != nil || n < 0 {
-		return nil, errBadConnectionCursor
-	}
-	return &ConnectionPosition{CreatedAt: time.UnixMilli(msec).UTC(), Seq: n}, nil
-}
-
 // ListConnections lists one page of a workspace's connections, of one kind
 // unless kind is "", oldest first, after cursor ("" for the first page)
 // (viewers). The queue counts of the page's consumers are read in one
@@ -365,7 +333,7 @@ func (s *Service) ListConnections(ctx context.Context, a *Actor, workspaceID str
 	if limit < 1 || limit > MaxConnectionPage {
 		return ConnectionListPage{}, Errorf(RuleManageBadRequest, "limit must be an integer between 1 and %d.", MaxConnectionPage)
 	}
-	after, err := decodeConnectionCursor(cursor)
+	after, err := s.connectionPosition(workspaceID, kind, cursor)
 	if err != nil {
 		return ConnectionListPage{}, err
 	}
@@ -399,7 +367,7 @@ func (s *Service) ListConnections(ctx context.Context, a *Actor, workspaceID str
 		}
 	}
 	if r.Next != nil {
-		next := encodeConnectionCursor(*r.Next)
+		next := s.connectionCursor(workspaceID, kind, *r.Next)
 		page.NextCursor = &next
 	}
 	return page, nil

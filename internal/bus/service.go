@@ -45,6 +45,11 @@ type Config struct {
 	Logger      *slog.Logger
 	Credentials Credentials
 	Handles     HandleCodec
+	// CursorKey keys the MACs of the listings' cursors (at least 16
+	// bytes; LoadCursorKey reads the one every node shares). Without it a
+	// random key of this process is used: its cursors are refused by
+	// other nodes and after a restart.
+	CursorKey []byte
 	// Tiers validates quota tier names; nil accepts only "standard".
 	Tiers TierInfo
 	// PublicURL is the base URL shown with new secrets (no trailing slash).
@@ -85,6 +90,7 @@ type Service struct {
 	log       *slog.Logger
 	notifier  *Notifier
 	metrics   Metrics
+	cursorKey []byte // see Config.CursorKey
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server stops: long polls answer empty
@@ -128,13 +134,14 @@ func NewService(cfg Config) *Service {
 		store = timedStore{Store: store, m: cfg.Metrics}
 	}
 	s := &Service{
-		cfg:      cfg,
-		metrics:  cfg.Metrics,
-		store:    store,
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
-		notifier: NewNotifier(),
-		stopping: make(chan struct{}),
+		cfg:       cfg,
+		metrics:   cfg.Metrics,
+		store:     store,
+		clock:     cfg.Clock,
+		log:       cfg.Logger,
+		notifier:  NewNotifier(),
+		stopping:  make(chan struct{}),
+		cursorKey: cursorKeyOf(cfg.CursorKey),
 	}
 	s.announcer, _ = cfg.Store.(WaitAnnouncer)
 	if c, ok := cfg.Clock.(interface{ OnMove(func()) }); ok {

@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"encoding/base64"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -102,6 +104,89 @@ func TestConnectionsPaging(t *testing.T) {
 		for _, q := range []string{"?limit=0", "?limit=101", "?limit=x", "?limit=1&limit=2", "?cursor=bogus", "?cursor=" + made[0],
 			"?kind=robot", "?page=2"} {
 			wantRefusal(t, n.do(t, "GET", connsPath(ws)+q, opKey, nil), 400, "manage.bad_request")
+		}
+	})
+}
+
+// TestConnectionCursorsBoundToListing: a connections cursor is accepted only
+// by the listing that returned it (its workspace and its kind filter); one
+// of another workspace or kind, a made-up one and an altered one are 400
+// manage.bad_request naming cursor, on both stores.
+func TestConnectionCursorsBoundToListing(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, n *node) {
+		ws, other := n.workspace(t, opKey, "mine"), n.workspace(t, opKey, "theirs")
+		var mine []string
+		for _, w := range []string{ws, other} {
+			for i, kind := range []string{"consumer", "producer", "consumer", "producer"} {
+				c := n.connection(t, w, kind, map[string]any{"name": kind + string(rune('0'+i))})
+				if w == ws {
+					mine = append(mine, c.ID)
+				}
+			}
+		}
+		next := func(w string, q string) string {
+			t.Helper()
+			var p connPage
+			n.do(t, "GET", connsPath(w)+"?limit=1"+q, opKey, nil).Must(t, 200).Decode(t, &p)
+			if p.NextCursor == nil {
+				t.Fatalf("no next_cursor for %s%s", w, q)
+			}
+			return *p.NextCursor
+		}
+		refused := func(w, q string) {
+			t.Helper()
+			msg := wantRefusal(t, n.do(t, "GET", connsPath(w)+q, opKey, nil), 400, "manage.bad_request")
+			wantMessage(t, msg, "cursor")
+		}
+		all, consumers, producers := next(ws, ""), next(ws, "&kind=consumer"), next(ws, "&kind=producer")
+		// Each cursor still works on its own listing.
+		for _, c := range []struct{ q, want string }{
+			{"&cursor=" + url.QueryEscape(all), mine[1]},
+			{"&kind=consumer&cursor=" + url.QueryEscape(consumers), mine[2]},
+			{"&kind=producer&cursor=" + url.QueryEscape(producers), mine[3]},
+		} {
+			var p connPage
+			n.do(t, "GET", connsPath(ws)+"?limit=1"+c.q, opKey, nil).Must(t, 200).Decode(t, &p)
+			if len(p.Connections) != 1 || p.Connections[0].ID != c.want {
+				t.Errorf("%s: %+v, want %s", c.q, p.Connections, c.want)
+			}
+		}
+		// Another workspace's cursors, of every kind.
+		for _, q := range []string{"", "&kind=consumer", "&kind=producer"} {
+			refused(ws, "?limit=1"+q+"&cursor="+url.QueryEscape(next(other, q)))
+		}
+		// Another kind's cursors in this workspace.
+		for _, c := range []struct{ q, cursor string }{
+			{"", consumers}, {"", producers},
+			{"&kind=consumer", all}, {"&kind=consumer", producers},
+			{"&kind=producer", all}, {"&kind=producer", consumers},
+		} {
+			refused(ws, "?limit=1"+c.q+"&cursor="+url.QueryEscape(c.cursor))
+		}
+		// Made-up cursors: positions written by hand, in the old form too.
+		forged := []string{
+			"MC4w", // "0.0"
+			base64.RawURLEncoding.EncodeToString([]byte("9223372036854775807.9223372036854775807")),
+			base64.RawURLEncoding.EncodeToString([]byte("c\x00\x00")),
+		}
+		// Altered cursors: every byte of a real one changed in turn, cut
+		// short, lengthened, or re-encoded with padding.
+		raw, err := base64.RawURLEncoding.DecodeString(all)
+		if err != nil {
+			t.Fatalf("cursor %q is not base64url: %v", all, err)
+		}
+		for i := range raw {
+			b := append([]byte(nil), raw...)
+			b[i] ^= 0x01
+			forged = append(forged, base64.RawURLEncoding.EncodeToString(b))
+		}
+		forged = append(forged, all[:len(all)-1], all+"A", base64.URLEncoding.EncodeToString(raw), strings.ToUpper(all))
+		for _, f := range forged {
+			if f == all {
+				continue
+			}
+			refused(ws, "?limit=1&cursor="+url.QueryEscape(f))
 		}
 	})
 }

@@ -286,8 +286,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if l, ok := opened.(StartupLocker); ok {
 		// Nodes starting together on one database take turns to read or
-		// make the signing key, the handle key and the first operator, so
-		// that all of them use what the first one made.
+		// make the signing key, the handle and cursor keys and the first
+		// operator, so that all of them use what the first one made.
 		unlock, err := l.LockStartup(ctx)
 		if err != nil {
 			return nil, err
@@ -306,11 +306,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	ckey, err := bus.LoadCursorKey(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
 	s.checker = auth.NewChecker(s.store, signer, cfg.Clock, cfg.CheckTTL)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.svc = bus.NewService(bus.Config{
-		Store: s.store, Clock: cfg.Clock, Logger: log, Credentials: auth.Credentials{}, Handles: codec,
+		Store: s.store, Clock: cfg.Clock, Logger: log, Credentials: auth.Credentials{}, Handles: codec, CursorKey: ckey,
 		Tiers: tiers.Info, PublicURL: cfg.PublicURL, OnConnectionChange: s.checker.Invalidate,
 		Retention: cfg.Retention, Metrics: metrics.NewBus(reg),
 	})
@@ -322,10 +326,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// rate limits, daily quotas, failed token requests and failed portal
 	// sign-ins are rows of it,
 	// shared by every node; on SQLite (one node) they are kept in process.
-	// Signing keys and the handle MAC key are in the store either way;
-	// credential changes made on another node reach this one's checks when
-	// the Checker's cache entry expires (CheckTTL, 10 s; read again with its
-	// workspace within 25 s), within the HTTP contract's 30 seconds.
+	// Signing keys and the handle and cursor MAC keys are in the store
+	// either way; credential changes made on another node reach this one's
+	// checks when the Checker's cache entry expires (CheckTTL, 10 s; read
+	// again with its workspace within 25 s), within the HTTP contract's 30
+	// seconds.
 	var limiter limits.Limiter = limits.NewMemory(limits.Options{})
 	var failures auth.FailureLimiter = auth.NewMemoryFailureLimiter(cfg.Clock)
 	if st, ok := opened.(RateLimiterStore); ok {

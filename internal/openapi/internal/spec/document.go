@@ -354,7 +354,10 @@ func paths() obj {
 		"/v1/manage/workspaces/{t}/connections", o(
 			"get", mop("listConnections", "List connections", "viewer",
 				"Oldest first, a page at a time. Decision: `limit` defaults to 100, the most a page holds, so a workspace of up to "+
-					"100 connections is listed whole; `cursor` stays valid when the connection it follows is removed.",
+					"100 connections is listed whole; `cursor` stays valid when the connection it follows is removed. "+
+					"A `cursor` is accepted only by the listing that returned it: the same workspace and the same `kind` (or none); "+
+					"one of another workspace or kind, or one made up or altered, is 400 `manage.bad_request` naming `cursor`. "+
+					"Cursors returned by earlier versions of the server are refused the same way; start again from the first page.",
 				[]obj{paramRef("tenant"), param("kind", "query", false, enum("", "consumer", "producer"), "Only connections of this kind."),
 					param("limit", "query", false, integer(1, 100, "").with("default", 100), "Decision: page size, 1 to 100, default 100."),
 					paramRef("cursor")}, nil,
