@@ -38,6 +38,7 @@ const (
 	maxCursorText    = 96 // longer inputs are refused before decoding
 
 	cursorConnections byte = 'c' // position: created_at ms (varint), seq (uvarint)
+	cursorDeadLetters byte = 'd' // position: dead letter id (uvarint)
 )
 
 // errBadCursor refuses a cursor the listing did not return.
@@ -144,4 +145,27 @@ func (s *Service) connectionPosition(workspaceID string, kind ConnectionKind, cu
 		return nil, errBadCursor
 	}
 	return &ConnectionPosition{CreatedAt: time.UnixMilli(msec).UTC(), Seq: int64(seq)}, nil
+}
+
+// deadLetterCursor returns the cursor after dead letter id in the listing
+// of connection connectionID of workspaceID.
+func (s *Service) deadLetterCursor(workspaceID, connectionID string, id int64) string {
+	return s.sealCursor(cursorDeadLetters, []string{workspaceID, connectionID}, binary.AppendUvarint(nil, uint64(id)))
+}
+
+// deadLetterAfter reads a cursor of deadLetterCursor made for the same
+// listing; "" is the first page (0).
+func (s *Service) deadLetterAfter(workspaceID, connectionID, cursor string) (int64, error) {
+	if cursor == "" {
+		return 0, nil
+	}
+	pos, err := s.openCursor(cursor, cursorDeadLetters, []string{workspaceID, connectionID})
+	if err != nil {
+		return 0, err
+	}
+	id, n := binary.Uvarint(pos)
+	if n <= 0 || n != len(pos) || id > 1<<62 {
+		return 0, errBadCursor
+	}
+	return int64(id), nil
 }

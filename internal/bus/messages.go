@@ -539,9 +539,15 @@ type DeadLetterPage struct {
 	NextCursor  *string      `json:"next_cursor"`
 }
 
-// ListDeadLetters reads a consumer's dead letters, oldest first (viewers).
-func (s *Service) ListDeadLetters(ctx context.Context, a *Actor, workspaceID, id string, limit int, after int64) (DeadLetterPage, error) {
+// ListDeadLetters reads a page of a consumer's dead letters, oldest first,
+// after cursor ("" for the first page) (viewers). A cursor is accepted
+// only by the listing of the connection that returned it.
+func (s *Service) ListDeadLetters(ctx context.Context, a *Actor, workspaceID, id string, limit int, cursor string) (DeadLetterPage, error) {
 	if _, err := s.requireConsumer(ctx, a, workspaceID, id, RoleViewer); err != nil {
+		return DeadLetterPage{}, err
+	}
+	after, err := s.deadLetterAfter(workspaceID, id, cursor)
+	if err != nil {
 		return DeadLetterPage{}, err
 	}
 	dls, err := s.store.DeadLetterList(ctx, id, limit+1, after)
@@ -551,7 +557,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a *Actor, workspaceID, id
 	page := DeadLetterPage{DeadLetters: dls}
 	if len(dls) > limit {
 		page.DeadLetters = dls[:limit]
-		next := fmt.Sprintf("%d", dls[limit-1].ID)
+		next := s.deadLetterCursor(workspaceID, id, dls[limit-1].ID)
 		page.NextCursor = &next
 	}
 	if page.DeadLetters == nil {

@@ -83,7 +83,7 @@ func TestConnectionRemovedMeanwhileIsNotFound(t *testing.T) {
 			return err
 		}},
 		{name: "list dead letters", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {
-			_, err := svc.ListDeadLetters(ctx, a, ws, id, 10, 0)
+			_, err := svc.ListDeadLetters(ctx, a, ws, id, 10, "")
 			return err
 		}},
 		{name: "redrive", do: func(ctx context.Context, svc *bus.Service, a *bus.Actor, ws, id string) error {

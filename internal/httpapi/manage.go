@@ -321,17 +321,7 @@ func (s *Server) manageRoutes() {
 		if err != nil {
 			return err
 		}
-		var after int64
-		if cursor != "" {
-			if !digits.MatchString(cursor) && !(len(cursor) < 19 && len(cursor) > 0) {
-				return bus.Errorf(bus.RuleManageBadRequest, "cursor is not a cursor this listing returned.")
-			}
-			after, err = strconv.ParseInt(cursor, 10, 64)
-			if err != nil || after < 0 {
-				return bus.Errorf(bus.RuleManageBadRequest, "cursor is not a cursor this listing returned.")
-			}
-		}
-		page, err := s.svc.ListDeadLetters(r.Context(), a, r.PathValue("t"), r.PathValue("c"), limit, after)
+		page, err := s.svc.ListDeadLetters(r.Context(), a, r.PathValue("t"), r.PathValue("c"), limit, cursor)
 		if err != nil {
 			return err
 		}

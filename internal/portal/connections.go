@@ -433,13 +433,8 @@ func (p *Portal) showDeadLetters(w http.ResponseWriter, r *http.Request, s *Sess
 	if err != nil {
 		return err
 	}
-	var after int64
-	if a := r.URL.Query().Get("after"); a != "" {
-		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
-			return bus.Errorf(bus.RuleManageBadRequest, "after must be a position this page gave.")
-		}
-	}
-	page, err := p.svc.ListDeadLetters(ctx, s.Actor, wsID, id, listPageSize, after)
+	cursor := r.URL.Query().Get("cursor")
+	page, err := p.svc.ListDeadLetters(ctx, s.Actor, wsID, id, listPageSize, cursor)
 	if err != nil {
 		return err
 	}
@@ -447,7 +442,7 @@ func (p *Portal) showDeadLetters(w http.ResponseWriter, r *http.Request, s *Sess
 	if err != nil {
 		return err
 	}
-	d := deadLettersData{Workspace: ws, Role: s.Actor.Roles[ws.ID], Connection: c, First: after == 0}
+	d := deadLettersData{Workspace: ws, Role: s.Actor.Roles[ws.ID], Connection: c, First: cursor == ""}
 	for _, dl := range page.DeadLetters {
 		d.DeadLetters = append(d.DeadLetters, deadLetterRow{DeadLetter: dl, Pretty: prettyJSON(dl.Envelope)})
 	}

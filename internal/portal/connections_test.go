@@ -2,6 +2,7 @@ package portal_test
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
@@ -471,4 +472,101 @@ func TestPortalNamesIsolated(t *testing.T) {
 	if !strings.Contains(b.last, "<strong><bdi>"+name+"</bdi></strong>, to remove") {
 		t.Errorf("the name in the removal's label is not isolated:\n%s", b.last)
 	}
+}
+
+// nextPage is the cursor of the last page's "Next page" link ("" without
+// one).
+func (b *browser) nextPage() string {
+	b.t.Helper()
+	m := regexp.MustCompile(`href="[^"]*\?cursor=([^"&]+)">Next page</a>`).FindStringSubmatch(b.last)
+	if m == nil {
+		return ""
+	}
+	c, err := url.QueryUnescape(html.UnescapeString(m[1]))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return c
+}
+
+// TestPortalNextPage: the connections and dead-letter pages page with the
+// listing's cursor: "Next page" shows the rest, every item once; the
+// cursor is refused on another kind's or another connection's page, and a
+// made-up one is refused.
+func TestPortalNextPage(t *testing.T) {
+	n, b, _ := signedInOperator(t)
+	p := n.NewPair(map[string]any{"attempt_limit": 1})
+	base := "/portal/workspaces/" + p.WS
+	other := n.Connection(p.WS, "consumer", nil)
+	want := map[string]int{p.Consumer: 0, other: 0}
+	for len(want) < 52 {
+		want[n.Connection(p.WS, "consumer", nil)] = 0
+	}
+	ids := regexp.MustCompile(`<code class="small">(c[a-z2-7]{26})</code>`)
+	b.wantStatus("consumers", b.do("GET", base+"/consumers", nil), 200)
+	for page := 1; ; page++ {
+		for _, m := range ids.FindAllStringSubmatch(b.last, -1) {
+			want[m[1]]++
+		}
+		next := b.nextPage()
+		if next == "" {
+			if page != 2 {
+				t.Errorf("%d consumer pages, want 2", page)
+			}
+			break
+		}
+		b.wantStatus("producers with a consumers cursor", b.do("GET", base+"/producers?cursor="+url.QueryEscape(next), nil), 400)
+		b.wantStatus("next consumers", b.do("GET", base+"/consumers?cursor="+url.QueryEscape(next), nil), 200)
+	}
+	for id, seen := range want {
+		if seen != 1 {
+			t.Errorf("consumer %s shown %d times", id, seen)
+		}
+	}
+	b.wantStatus("made-up cursor", b.do("GET", base+"/consumers?cursor=MC4w", nil), 400)
+
+	// 52 dead letters, each its own story.
+	var envs []any
+	for i := range 52 {
+		envs = append(envs, servertest.Envelope(fmt.Sprintf("m-%02d", i), fmt.Sprintf("s-%02d", i), nil))
+	}
+	n.PublishBatch(p, envs).Must(t, 200)
+	for n.QueueCounts(p).DeadLetters < 52 {
+		var hs []string
+		for _, m := range n.Receive(p, "max=10&wait=0") {
+			hs = append(hs, m.ReceiptHandle)
+		}
+		if len(hs) > 0 {
+			n.Settle(p, "nack", hs, nil).Must(t, 200)
+		}
+	}
+	dl := base + "/connections/" + p.Consumer + "/dead-letters"
+	b.wantStatus("dead letters", b.do("GET", dl, nil), 200)
+	seen := map[string]int{}
+	msgs := regexp.MustCompile(`<code>(m-\d\d)</code>`)
+	for page := 1; ; page++ {
+		for _, m := range msgs.FindAllStringSubmatch(b.last, -1) {
+			seen[m[1]]++
+		}
+		next := b.nextPage()
+		if next == "" {
+			if page != 2 {
+				t.Errorf("%d dead-letter pages, want 2", page)
+			}
+			break
+		}
+		b.wantStatus("another connection's dead letters with this cursor",
+			b.do("GET", base+"/connections/"+other+"/dead-letters?cursor="+url.QueryEscape(next), nil), 400)
+		b.wantStatus("next dead letters", b.do("GET", dl+"?cursor="+url.QueryEscape(next), nil), 200)
+		b.wantText("First page")
+	}
+	if len(seen) != 52 {
+		t.Errorf("%d dead letters shown, want 52", len(seen))
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("dead letter %s shown %d times", id, k)
+		}
+	}
+	b.wantStatus("made-up dead-letter cursor", b.do("GET", dl+"?cursor=1", nil), 400)
 }

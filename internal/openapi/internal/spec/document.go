@@ -399,7 +399,11 @@ func paths() obj {
 		C+"/restore", o("post", mop("restoreConnection", "Restore a connection", "admin",
 			"The same secret works again. Decision: idempotent (restoring an active connection changes nothing).",
 			tc, emptyBody(), 200, connResp("The connection."), mopt{forbid: true, notFound: connNotFound, body: true})),
-		C+"/dead-letters", o("get", mop("listDeadLetters", "List dead letters", "viewer", "Oldest first.",
+		C+"/dead-letters", o("get", mop("listDeadLetters", "List dead letters", "viewer",
+			"Oldest first. A `cursor` is accepted only by the listing of the connection that returned it: one of another "+
+				"connection (of this workspace or another), or one made up or altered, is 400 `manage.bad_request` naming `cursor`; "+
+				"it stays valid when the dead letter it follows is redriven. Cursors returned by earlier versions of the server "+
+				"(bare numbers) are refused the same way; start again from the first page.",
 			append(append([]obj{}, tc...), paramRef("limit"), paramRef("cursor")), nil,
 			200, resp("A page of dead letters.", ref("DeadLetterList"), nil), mopt{notFound: queueNotFound})),
 		C+"/dead-letters/redrive", o("post", mop("redriveDeadLetters", "Redrive dead letters", "developer",

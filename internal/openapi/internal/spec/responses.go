@@ -117,7 +117,9 @@ func parameters() obj {
 		"user", pathParam("u", "u", "A user id."),
 		"limit", param("limit", "query", false, integer(1, 100, "").with("default", 50), "Decision: page size, 1 to 100, default 50."),
 		"cursor", param("cursor", "query", false, o("type", "string", "minLength", 1),
-			"The `next_cursor` of the previous page; an unknown or malformed cursor is 400 `manage.bad_request`."),
+			"The `next_cursor` of the previous page of the same listing. Decision: cursors are opaque and tied to the listing "+
+				"that returned them; any other (of another workspace, connection or filter, made up or altered) is 400 "+
+				"`manage.bad_request` naming `cursor`."),
 	)
 }
 
