@@ -79,6 +79,13 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	id, secret, basic := r.BasicAuth()
+	if h := r.Header.Values("Authorization"); len(h) > 1 || (len(h) == 1 && !basic) {
+		// An Authorization header is a client authentication: one that is
+		// not HTTP Basic credentials (another scheme, a malformed value,
+		// two headers) is refused, not passed over for the form's fields.
+		s.refuseToken(w, http.StatusUnauthorized, "invalid_client", "The Authorization header must be one HTTP Basic header with the client id and secret.", 0)
+		return nil
+	}
 	if basic {
 		// RFC 6749 §2.3.1: Basic credentials are form-urlencoded first.
 		if u, err := url.QueryUnescape(id); err == nil {

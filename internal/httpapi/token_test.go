@@ -63,6 +63,18 @@ func TestTokenEndpoint(t *testing.T) {
 	// Both ways at once.
 	wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_id": {c.ID}, "client_secret": {s.ClientSecret}}, c.ID, s.ClientSecret), 400, "invalid_request")
 	wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"client_credentials"}, "client_secret": {s.ClientSecret}}, c.ID, s.ClientSecret), 400, "invalid_request")
+	// An Authorization header that is not one HTTP Basic header is a
+	// failed client authentication, not ignored for the form's fields.
+	formCreds := []byte(url.Values{"grant_type": {"client_credentials"}, "client_id": {c.ID}, "client_secret": {s.ClientSecret}}.Encode())
+	for _, auth := range []string{"Basic eA==", "Bearer xyz", "Basic", "basic !!", "Digest username=x"} {
+		r := n.raw(t, "POST", "/v1/oauth/token", formCreds, map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Authorization": auth})
+		wantOAuthError(t, r, 401, "invalid_client")
+	}
+	req, _ = http.NewRequest("POST", n.URL+"/v1/oauth/token", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(c.ID, s.ClientSecret)
+	req.Header.Add("Authorization", "Bearer xyz")
+	wantOAuthError(t, n.send(t, req), 401, "invalid_client")
 	// Grant types.
 	wantOAuthError(t, n.tokenForm(t, url.Values{}, c.ID, s.ClientSecret), 400, "invalid_request")
 	wantOAuthError(t, n.tokenForm(t, url.Values{"grant_type": {"password"}}, c.ID, s.ClientSecret), 400, "unsupported_grant_type")

@@ -102,7 +102,9 @@ func schemas() obj {
 		"TokenRequest", o(
 			"type", "object",
 			"description", "Form fields of a token request. The client authenticates with HTTP Basic (`client_id:client_secret`) "+
-				"or with the `client_id` and `client_secret` fields (RFC 6749 §2.3.1), not both. Unrecognized parameters (such as "+
+				"or with the `client_id` and `client_secret` fields (RFC 6749 §2.3.1), not both. Decision: an `Authorization` header "+
+				"that is not one HTTP Basic header (another scheme, a malformed value, two headers) is 401 `invalid_client`, even "+
+				"beside the form fields. Unrecognized parameters (such as "+
 				"`scope`) are ignored, as RFC 6749 §3.1 requires of an authorization server: this is the one request body that "+
 				"does not refuse unknown fields.",
 			"required", []string{"grant_type"},
