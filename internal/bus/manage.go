@@ -159,6 +159,9 @@ func checkName(field, v string) error {
 	if err := checkText(field, v); err != nil {
 		return err
 	}
+	if err := checkVisible(field, v); err != nil {
+		return err
+	}
 	if utf8.RuneCountInString(v) > MaxNameLength {
 		return Errorf(RuleManageBadRequest, "%s must be at most %d characters.", field, MaxNameLength)
 	}

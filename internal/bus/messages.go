@@ -468,7 +468,11 @@ func (s *Service) PutSkills(ctx context.Context, a *Actor, workspaceID, id strin
 			return Skills{}, Errorf(RuleManageBadRequest, "registrations[%d].authority_scale must be between 0 and 100.", i)
 		}
 		for _, f := range []struct{ name, v string }{{"instance_id", r.InstanceID}, {"skill", r.Skill}, {"name", r.Name}} {
-			if err := checkText(fmt.Sprintf("registrations[%d].%s", i, f.name), f.v); err != nil {
+			field := fmt.Sprintf("registrations[%d].%s", i, f.name)
+			if err := checkText(field, f.v); err != nil {
+				return Skills{}, err
+			}
+			if err := checkVisible(field, f.v); err != nil {
 				return Skills{}, err
 			}
 		}

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -40,6 +41,51 @@ func TestNewNamesAndEmailsRefuseBidiControls(t *testing.T) {
 	} {
 		if err := call(); err == nil || !strings.Contains(err.Error(), "bidirectional") {
 			t.Errorf("%s with a bidirectional control: %v, want a refusal", what, err)
+		}
+	}
+}
+
+// TestNamesRefuseInvisibleOnly: a user's, workspace's and connection's name
+// (created or renamed) and a skill registration's fields refuse values
+// made only of invisible characters, naming the field.
+func TestNamesRefuseInvisibleOnly(t *testing.T) {
+	svc, op, ws, _ := operatorWorkspace(t, openStores["sqlite"](t))
+	ctx := t.Context()
+	kind, ok := bus.KindConsumer, "ok"
+	c, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blank := range []string{"\ufeff", "\u200b", "\u200e\u200f\u061c", "\u200b\u2060\ufeff\u00ad"} {
+		for what, call := range map[string]func() error{
+			"user name": func() error {
+				_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: blank, Email: "a@example.com"})
+				return err
+			},
+			"workspace": func() error { _, err := svc.CreateWorkspace(ctx, op, blank); return err },
+			"connection": func() error {
+				_, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &blank})
+				return err
+			},
+			"rename": func() error {
+				_, err := svc.UpdateConnection(ctx, op, ws, c.ID, bus.ConnectionParams{Name: &blank})
+				return err
+			},
+		} {
+			if err := call(); err == nil || !strings.Contains(err.Error(), "name must hold a visible character") {
+				t.Errorf("%s %+q: %v, want a refusal", what, blank, err)
+			}
+		}
+		for i, reg := range []bus.SkillRegistration{
+			{InstanceID: blank, Skill: "s", Name: "n"},
+			{InstanceID: "i", Skill: blank, Name: "n"},
+			{InstanceID: "i", Skill: "s", Name: blank},
+		} {
+			reg.Values = json.RawMessage(`{}`)
+			field := []string{"instance_id", "skill", "name"}[i]
+			if _, err := svc.PutSkills(ctx, op, ws, c.ID, []bus.SkillRegistration{reg}); err == nil || !strings.Contains(err.Error(), "registrations[0]."+field+" must hold a visible character") {
+				t.Errorf("skill registration's %s %+q: %v, want a refusal", field, blank, err)
+			}
 		}
 	}
 }

@@ -29,6 +29,20 @@ func TestCheckName(t *testing.T) {
 		{"pop directional formatting", "orders\u202c", "bidirectional"},
 		{"right-to-left isolate", "orders\u2067x", "bidirectional"},
 		{"pop directional isolate", "orders\u2069", "bidirectional"},
+		{"ideographic space alone", "\u3000", "name is required."},
+		{"a byte order mark alone", "\ufeff", "name must hold a visible character"},
+		{"a zero-width space alone", "\u200b", "name must hold a visible character"},
+		{"direction marks alone", "\u200e\u200f\u061c", "name must hold a visible character"},
+		{"zero-width characters and a soft hyphen", "\u200b\u2060\ufeff\u00ad", "name must hold a visible character"},
+		{"joiners around spaces", " \u200d \u200c ", "name must hold a visible character"},
+		{"a line separator and a word joiner", "\u2028\u2060", "name must hold a visible character"},
+		{"Hangul fillers", "\u3164\u115f\uffa0", "name must hold a visible character"},
+		{"a variation selector", "\ufe0f", "name must hold a visible character"},
+		{"a tag character", "\U000e0041", "name must hold a visible character"},
+		{"a blank braille pattern", "\u2800", "name must hold a visible character"},
+		{"invisible characters around a letter", "\u200bx\ufeff", ""},
+		{"a lone combining accent", "\u0301", ""},
+		{"a private-use character", "\ue000", ""},
 	} {
 		err := checkName("name", tc.v)
 		switch {
@@ -47,6 +61,17 @@ func TestCheckTextRefusesBidiControls(t *testing.T) {
 		t.Errorf("a skill name with U+202E: %v, want a refusal naming the field", err)
 	}
 	if err := checkText("registrations[0].name", "Café \u200f"); err != nil {
+		t.Errorf("a skill name with a right-to-left mark: %v", err)
+	}
+}
+
+// TestCheckVisibleSkillFields: a skill registration's fields refuse what
+// names refuse when nothing of them would show.
+func TestCheckVisibleSkillFields(t *testing.T) {
+	if err := checkVisible("registrations[0].name", "\u200b\u200e"); err == nil || !strings.Contains(err.Error(), "registrations[0].name must hold a visible character") {
+		t.Errorf("an invisible skill name: %v, want a refusal naming the field", err)
+	}
+	if err := checkVisible("registrations[0].name", "Café \u200f"); err != nil {
 		t.Errorf("a skill name with a right-to-left mark: %v", err)
 	}
 }

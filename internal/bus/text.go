@@ -76,6 +76,30 @@ func bidiControl(r rune) bool {
 	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
 }
 
+// invisible reports whether r shows nothing by itself: white space
+// (U+3000 and the line and paragraph separators among it), control and
+// format characters (Unicode category Cf: the zero-width space and joiners,
+// the word joiner, the byte order mark, the soft hyphen, the direction
+// marks, tags), variation selectors, the other characters Unicode says to
+// ignore when nothing can show them (the Hangul fillers, the combining
+// grapheme joiner) and the blank braille pattern U+2800.
+func invisible(r rune) bool {
+	return unicode.IsSpace(r) || r == 0x2800 || unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp, unicode.Cc, unicode.Cf,
+		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+}
+
+// checkVisible refuses a value people will see shown (a name, a skill's
+// fields) without one visible character (invisible), naming its field: such
+// a name reads as empty wherever it is shown, and taking it out again (the
+// portal asks for a connection's name before removing it) would mean
+// typing what cannot be seen.
+func checkVisible(field, v string) error {
+	if strings.IndexFunc(v, func(r rune) bool { return !invisible(r) }) < 0 {
+		return Errorf(RuleManageBadRequest, "%s must hold a visible character, not only white space and invisible characters (such as U+200B, U+200E, U+FEFF or U+00AD).", field)
+	}
+	return nil
+}
+
 // checkJSONText refuses a JSON value holding a member name or a string
 // with a control character (U+0000 included), as names refuse them,
 // naming the field.

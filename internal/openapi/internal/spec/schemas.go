@@ -437,11 +437,13 @@ func cursor() obj {
 }
 
 // shownText is a string of 1 to 128 characters that people see shown: no
-// control characters and no bidirectional embedding, override or isolate
-// characters, which would reorder the text shown after it.
+// control characters, no bidirectional embedding, override or isolate
+// characters, which would reorder the text shown after it, and at least one
+// visible character.
 func shownText(d string) obj {
 	return strLen(1, 128, d+"Decision: no control characters, no bidirectional embedding, override or isolate characters "+
-		"(U+202A to U+202E, U+2066 to U+2069).")
+		"(U+202A to U+202E, U+2066 to U+2069), and at least one visible character: a value made only of white space, "+
+		"format characters (such as U+200B, U+200E, U+FEFF, U+00AD) and other invisible characters is 400 `manage.bad_request`.")
 }
 
 // nameField is the name of a user, workspace or connection (decision 3).

@@ -1,0 +1,33 @@
+package httpapi_test
+
+import (
+	"testing"
+)
+
+// TestNamesNeedAVisibleCharacter: a workspace's, user's or connection's
+// name made only of invisible characters (a byte order mark, zero-width
+// characters, direction marks, a soft hyphen) is 400 manage.bad_request
+// naming the field, as a blank one is; a name with a visible character
+// among invisible ones is taken.
+func TestNamesNeedAVisibleCharacter(t *testing.T) {
+	n := start(t)
+	ws := n.workspace(t, opKey, "names")
+	c := n.connection(t, ws, "consumer", nil)
+	for _, blank := range []string{"\ufeff", "\u200b", "\u200e\u200f\u061c", "\u200b\u2060\ufeff\u00ad"} {
+		msg := wantRefusal(t, n.do(t, "POST", "/v1/manage/workspaces", opKey, map[string]any{"name": blank}), 400, "manage.bad_request")
+		wantMessage(t, msg, "name", "visible character")
+		msg = wantRefusal(t, n.do(t, "POST", "/v1/manage/users", opKey, map[string]any{"name": blank, "email": "blank@example.com"}), 400, "manage.bad_request")
+		wantMessage(t, msg, "name", "visible character")
+		msg = wantRefusal(t, n.do(t, "POST", connsPath(ws), opKey, map[string]any{"kind": "producer", "name": blank}), 400, "manage.bad_request")
+		wantMessage(t, msg, "name", "visible character")
+		msg = wantRefusal(t, n.do(t, "PATCH", connPath(ws, c.ID), opKey, map[string]any{"name": blank}), 400, "manage.bad_request")
+		wantMessage(t, msg, "name", "visible character")
+		msg = wantRefusal(t, n.do(t, "PUT", connPath(ws, c.ID)+"/skills", opKey, map[string]any{"registrations": []map[string]any{
+			{"instance_id": "i", "skill": "s", "name": blank, "values": map[string]any{}}}}), 400, "manage.bad_request")
+		wantMessage(t, msg, "registrations[0].name", "visible character")
+	}
+	// Blank as before: "is required".
+	msg := wantRefusal(t, n.do(t, "POST", "/v1/manage/workspaces", opKey, map[string]any{"name": "\u3000"}), 400, "manage.bad_request")
+	wantMessage(t, msg, "name is required")
+	n.do(t, "POST", "/v1/manage/workspaces", opKey, map[string]any{"name": "\u200bx\u200d"}).Must(t, 201)
+}
