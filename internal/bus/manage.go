@@ -205,13 +205,8 @@ func (s *Service) CreateUser(ctx context.Context, a *Actor, p CreateUserParams) 
 	if err := checkName("name", p.Name); err != nil {
 		return User{}, err
 	}
-	if err := checkEmail(p.Email); err != nil {
+	if err := checkNewEmail(p.Email); err != nil {
 		return User{}, err
-	}
-	// A new address is shown as names are (lookups of existing ones only
-	// need checkEmail).
-	if strings.IndexFunc(p.Email, bidiControl) >= 0 {
-		return User{}, Errorf(RuleManageBadRequest, "email must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).")
 	}
 	u := User{ID: NewID(PrefixUser), Name: p.Name, Email: p.Email, Operator: p.Operator, CreatedAt: s.clock.Now()}
 	err := s.store.Update(ctx, func(tx Tx) error {

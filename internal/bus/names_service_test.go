@@ -89,3 +89,28 @@ func TestNamesRefuseInvisibleOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestEmailsThatLookAlikeAreRefused: next to a user x@example.com, emails
+// that read the same (a line separator after it, a byte order mark or a
+// right-to-left mark inside) are refused, not created as other users; an
+// owner adding a member by such an email is refused the same way.
+func TestEmailsThatLookAlikeAreRefused(t *testing.T) {
+	svc, op, ws, _ := operatorWorkspace(t, openStores["sqlite"](t))
+	ctx := t.Context()
+	if _, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: "X", Email: "x@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, email := range []string{"x@example.com\u2028", "x\ufeff@example.com", "bi\u200fdi@example.com", "x\u00a0@example.com"} {
+		_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: "X", Email: email})
+		if e, ok := bus.AsError(err); !ok || e.Rule() != bus.RuleManageBadRequest || !strings.HasPrefix(e.Violations[0].Message, "email must not hold white space, control or format characters") {
+			t.Errorf("user with email %+q: %v, want manage.bad_request naming email", email, err)
+		}
+		_, err = svc.SetMemberByEmail(ctx, op, ws, email, bus.RoleViewer)
+		if e, ok := bus.AsError(err); !ok || e.Rule() != bus.RuleManageBadRequest || !strings.HasPrefix(e.Violations[0].Message, "email must not hold") {
+			t.Errorf("member by email %+q: %v, want manage.bad_request naming email", email, err)
+		}
+	}
+	if _, err := svc.SetMemberByEmail(ctx, op, ws, "x@example.com", bus.RoleViewer); err != nil {
+		t.Errorf("member by the plain email: %v", err)
+	}
+}

@@ -75,3 +75,34 @@ func TestCheckVisibleSkillFields(t *testing.T) {
 		t.Errorf("a skill name with a right-to-left mark: %v", err)
 	}
 }
+
+// TestCheckNewEmail: a new user's email (and one an owner adds a member by)
+// refuses white space, control and format characters anywhere, naming the
+// field and the character; plain addresses in any script are taken.
+func TestCheckNewEmail(t *testing.T) {
+	for _, tc := range []struct {
+		name, v, want string // want: part of the refusal, "" for accepted
+	}{
+		{"plain", "x@example.com", ""},
+		{"accents", "zoë@exämple.com", ""},
+		{"a line separator after it", "x@example.com\u2028", "email must not hold white space, control or format characters (it holds U+2028)"},
+		{"a paragraph separator inside", "x\u2029y@example.com", "U+2029"},
+		{"a byte order mark", "x\ufeff@example.com", "email must not hold white space, control or format characters (it holds U+FEFF)"},
+		{"a right-to-left mark", "bi\u200fdi@example.com", "U+200F"},
+		{"a zero-width space", "x\u200b@example.com", "U+200B"},
+		{"a soft hyphen", "x\u00ad@example.com", "U+00AD"},
+		{"a no-break space", "x\u00a0@example.com", "U+00A0"},
+		{"an ideographic space", "x\u3000@example.com", "U+3000"},
+		{"a bidirectional override", "x\u202e@example.com", "bidirectional"},
+		{"a newline", "x\n@example.com", "plain e-mail address"},
+		{"a display name", "X <x@example.com>", "plain e-mail address"},
+	} {
+		err := checkNewEmail(tc.v)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
+		}
+	}
+}

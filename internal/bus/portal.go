@@ -365,7 +365,9 @@ func (s *Service) SetMemberByEmail(ctx context.Context, a *Actor, workspaceID, e
 	if err := s.requireRole(ctx, a, workspaceID, RoleOwner); err != nil {
 		return Member{}, err
 	}
-	if err := checkEmail(email); err != nil {
+	// Refused as a new user's would be: "No user has the email …" would
+	// otherwise show an address that reads as an existing user's.
+	if err := checkNewEmail(email); err != nil {
 		return Member{}, err
 	}
 	var u User

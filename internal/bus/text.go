@@ -48,6 +48,36 @@ func checkEmail(email string) error {
 	return nil
 }
 
+// checkNewEmail refuses, naming the field, an email a user is created with
+// or an owner adds a member by that is not PlainEmail, holds a
+// bidirectional control (bidiControl; a new address is shown as names are)
+// or holds a character that shows nothing or only space (hiddenInEmail).
+// Sign-in looks emails up with PlainEmail alone, so that users created
+// before these rules keep their way in.
+func checkNewEmail(email string) error {
+	if err := checkEmail(email); err != nil {
+		return err
+	}
+	if strings.IndexFunc(email, bidiControl) >= 0 {
+		return Errorf(RuleManageBadRequest, "email must not hold bidirectional embedding, override or isolate characters (U+202A to U+202E, U+2066 to U+2069).")
+	}
+	if i := strings.IndexFunc(email, hiddenInEmail); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(email[i:])
+		return Errorf(RuleManageBadRequest, "email must not hold white space, control or format characters (it holds %U): such an address reads as another one.", r)
+	}
+	return nil
+}
+
+// hiddenInEmail reports whether r is white space, a control or a format
+// character (Unicode categories Zs, Zl, Zp, Cc, Cf: the no-break space, the
+// line separator, the zero-width space, the direction marks, the byte order
+// mark, the soft hyphen among them), which net/mail takes in an address.
+// An address holding one looks like the address without it, so that two
+// users would seem to have the same email.
+func hiddenInEmail(r rune) bool {
+	return unicode.IsSpace(r) || unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp, unicode.Cc, unicode.Cf)
+}
+
 // checkText refuses a value people will see shown (a name, a skill's
 // fields) that is not PlainText or holds a bidirectional control
 // (bidiControl), naming its field.

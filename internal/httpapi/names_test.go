@@ -31,3 +31,23 @@ func TestNamesNeedAVisibleCharacter(t *testing.T) {
 	wantMessage(t, msg, "name is required")
 	n.do(t, "POST", "/v1/manage/workspaces", opKey, map[string]any{"name": "\u200bx\u200d"}).Must(t, 201)
 }
+
+// TestEmailsThatLookAlikeAreRefused: next to a user x@example.com, a new
+// user whose email reads the same (a line separator after it, a byte order
+// mark or a right-to-left mark inside) is 400 manage.bad_request naming the
+// field and the character, not a second user.
+func TestEmailsThatLookAlikeAreRefused(t *testing.T) {
+	n := start(t)
+	n.do(t, "POST", "/v1/manage/users", opKey, map[string]any{"name": "X", "email": "x@example.com"}).Must(t, 201)
+	for email, char := range map[string]string{
+		"x@example.com\u2028":       "U+2028",
+		"x\ufeff@example.com":       "U+FEFF",
+		"bi\u200fdi@example.com":    "U+200F",
+		"x\u00a0@example.com":       "U+00A0",
+		"x\u200b@example.com":       "U+200B",
+		"x@example.com\u2060\u00ad": "U+2060",
+	} {
+		msg := wantRefusal(t, n.do(t, "POST", "/v1/manage/users", opKey, map[string]any{"name": "X", "email": email}), 400, "manage.bad_request")
+		wantMessage(t, msg, "email must not hold white space, control or format characters", char)
+	}
+}

@@ -20,3 +20,16 @@ func TestPortalNamesNeedAVisibleCharacter(t *testing.T) {
 		b.wantText("name must hold a visible character")
 	}
 }
+
+// TestPortalMemberEmailsThatLookAlike: adding a member by an email that
+// reads as an existing user's (a byte order mark or a right-to-left mark
+// inside) is refused naming the field, not looked up as another address.
+func TestPortalMemberEmailsThatLookAlike(t *testing.T) {
+	_, b, ws := signedInOperator(t)
+	page := "/portal/workspaces/" + ws
+	for _, email := range []string{"operator\ufeff@localhost", "oper\u200fator@localhost", "operator@local\u200bhost"} {
+		b.do("GET", page, nil)
+		b.wantStatus("add member "+email, b.post(page+"/members", url.Values{"email": {email}, "role": {"viewer"}}), 400)
+		b.wantText("email must not hold white space, control or format characters")
+	}
+}

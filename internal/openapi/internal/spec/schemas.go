@@ -246,7 +246,11 @@ func schemas() obj {
 		"UserCreateRequest", closed("Decision: names are 1 to 128 characters; emails are unique across the server, compared "+
 			"case-insensitively (409 `manage.conflict`).", []string{"name", "email"}, o(
 			"name", nameField(),
-			"email", o("type", "string", "format", "email", "maxLength", 254),
+			"email", o("type", "string", "format", "email", "maxLength", 254, "description",
+				"A bare address (no display name or comment). Decision: no white space, control or format characters anywhere "+
+					"(Unicode categories Zs, Zl, Zp, Cc, Cf: U+00A0, U+2028, U+200B, U+200F, U+FEFF, U+00AD among them), which would "+
+					"make an address read as another one; 400 `manage.bad_request` naming the field and the character. Emails are "+
+					"compared case-insensitively but not Unicode-normalized: the same address in NFC and NFD are two emails."),
 			"operator", boolean("").with("default", false),
 		)),
 		"APIKeyCreated", closed("A new API key. `api_key` is shown only in this answer; only its hash is kept.",
