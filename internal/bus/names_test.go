@@ -106,3 +106,32 @@ func TestCheckNewEmail(t *testing.T) {
 		}
 	}
 }
+
+// TestCutTextEscapesHiddenCharacters: a refusal's message shows escaped,
+// as strconv quotes them, the bidirectional controls names refuse, the
+// other format characters, control characters, the line and paragraph
+// separators and bytes that are not UTF-8, so that what it quotes can never
+// reorder or hide its own text; other text (accents, scripts, emoji)
+// stays as it is, and a long message is still cut.
+func TestCutTextEscapesHiddenCharacters(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Workspace \u202e not found.", `Workspace \u202e not found.`},
+		{"\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069", `\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069`},
+		{"x\u200b\u200c\u200d\u200e\u200f\u061c\u2060\ufeff\u00ady", `x\u200b\u200c\u200d\u200e\u200f\u061c\u2060\ufeff\u00ady`},
+		{"a\u2028b\u2029c", `a\u2028b\u2029c`},
+		{"a\x00b\nc\x7f\u0085", `a\x00b\nc\x7f\u0085`},
+		{"a\xffb", `a\xffb`},
+		{"tag \U000e0041", `tag \U000e0041`},
+		{"Café · 注文 · طلبات 👩💻", "Café · 注文 · طلبات 👩💻"},
+		{"User \"a b\" not found.", "User \"a b\" not found."},
+	} {
+		if got := CutText(tc.in, MaxRefusalBytes); got != tc.want {
+			t.Errorf("CutText(%+q) = %+q, want %+q", tc.in, got, tc.want)
+		}
+	}
+	long := strings.Repeat("\u202e", 1000) // 3000 bytes, 6000 escaped
+	got := CutText(long, MaxRefusalBytes)
+	if len(got) > MaxRefusalBytes || strings.ContainsRune(got, '\u202e') || !strings.HasSuffix(got, "bytes cut)") {
+		t.Errorf("a long message of U+202E: %d bytes, %.80q…", len(got), got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/mail"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -153,9 +154,16 @@ func checkJSONText(field string, raw []byte) error {
 // request's own limits.
 const MaxRefusalBytes = 1024
 
-// CutText is s cut to at most n bytes (n over 40), at a rune's start,
-// saying how much it left out.
+// CutText is s as a refusal shows it: every character that would hide or
+// reorder text escaped (hiddenInMessage, as strconv quotes it: \u202e,
+// \u200b, \n, \x00; a byte that is not UTF-8 as \xff), then cut to at most
+// n bytes (n over 40), at a rune's start, saying how much it left out.
+// Messages quote what was sent: a U+202E in a path's id reordered the
+// refusal's own text after it, which now reads "Workspace \u202e not
+// found.". The API's answers and the portal's pages pass every message
+// through it.
 func CutText(s string, n int) string {
+	s = escapeHidden(s)
 	if len(s) <= n {
 		return s
 	}
@@ -169,4 +177,52 @@ func CutText(s string, n int) string {
 		}
 	}
 	return s[:k] + fmt.Sprintf("… (%d bytes cut)", len(s)-k)
+}
+
+// hiddenInMessage reports whether a refusal's message shows r escaped:
+// control characters, format characters (Unicode category Cf: the
+// bidirectional embeddings, overrides and isolates U+202A to U+202E and
+// U+2066 to U+2069 that names refuse, the direction marks, the zero-width
+// characters, the byte order mark, the soft hyphen) and the line and
+// paragraph separators.
+func hiddenInMessage(r rune) bool {
+	return r < 0x20 || r == 0x7f || r >= 0x80 && unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// escapeHidden is s with every hiddenInMessage character, and every byte
+// that is not UTF-8, escaped as strconv quotes them; s itself when there
+// are none (the usual case, without allocating).
+func escapeHidden(s string) string {
+	i := 0
+	for i < len(s) {
+		if c := s[i]; c >= 0x20 && c < 0x7f {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || hiddenInMessage(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case hiddenInMessage(r):
+			q := strconv.QuoteRune(r) // '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -49,5 +50,32 @@ func TestEmailsThatLookAlikeAreRefused(t *testing.T) {
 	} {
 		msg := wantRefusal(t, n.do(t, "POST", "/v1/manage/users", opKey, map[string]any{"name": "X", "email": email}), 400, "manage.bad_request")
 		wantMessage(t, msg, "email must not hold white space, control or format characters", char)
+	}
+}
+
+// TestRefusalsEscapeBidiControls: a refusal quoting an id of the path that
+// holds a bidirectional override or another format character shows it
+// escaped (\u202e), never the character itself, which would reorder the
+// message's own text after it.
+func TestRefusalsEscapeBidiControls(t *testing.T) {
+	n := start(t)
+	ws := n.workspace(t, opKey, "escapes")
+	for _, tc := range []struct{ method, path, want string }{
+		{"GET", "/v1/manage/workspaces/%E2%80%AE", `Workspace \u202e not found.`},
+		{"GET", "/v1/manage/workspaces/w%E2%81%A7x%E2%80%8B", `Workspace w\u2067x\u200b not found.`},
+		{"GET", connsPath(ws) + "/c%E2%80%AEfdp.exe", `Connection c\u202efdp.exe not found`},
+		{"PUT", "/v1/manage/workspaces/" + ws + "/members/%E2%80%AE", `\u202e`},
+		{"DELETE", "/v1/manage/workspaces/" + ws + "/members/u%EF%BB%BF%E2%80%AE", `u\ufeff\u202e`},
+	} {
+		var body any
+		if tc.method == "PUT" {
+			body = map[string]any{"role": "viewer"}
+		}
+		r := n.do(t, tc.method, tc.path, opKey, body)
+		msg := wantRefusal(t, r, 404, "manage.not_found")
+		wantMessage(t, msg, tc.want)
+		if strings.ContainsAny(msg, "\u202e\u2067\u200b\ufeff") || strings.ContainsAny(string(r.Body), "\u202e\u2067\u200b\ufeff") {
+			t.Errorf("%s %s: the refusal holds a format character: %+q", tc.method, tc.path, r.Body)
+		}
 	}
 }

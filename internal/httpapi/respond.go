@@ -117,11 +117,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	}
 	vs, cloned := e.Violations, false
 	for i, v := range vs {
-		if len(v.Message) > maxMessageBytes {
+		if m := cutText(v.Message, maxMessageBytes); m != v.Message {
 			if !cloned { // the error's own stay whole
 				vs, cloned = slices.Clone(vs), true
 			}
-			vs[i].Message = cutText(v.Message, maxMessageBytes)
+			vs[i].Message = m
 		}
 	}
 	writeJSON(w, e.Status, refusal{Accepted: false, Violations: vs})
@@ -133,8 +133,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // came back whole in the refusal before.
 const maxMessageBytes = bus.MaxRefusalBytes
 
-// cutText is bus.CutText: s cut to at most n bytes, saying how much it
-// left out.
+// cutText is bus.CutText: s with the characters that would hide or
+// reorder text escaped, cut to at most n bytes, saying how much it left
+// out.
 var cutText = bus.CutText
 
 // utf8Charset reports whether a charset label names UTF-8 or a subset of

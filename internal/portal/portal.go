@@ -366,8 +366,9 @@ func (p *Portal) fail(w http.ResponseWriter, r *http.Request, s *Session, err er
 	p.renderError(w, r, s, http.StatusInternalServerError, "Something went wrong", "The portal hit an internal error. Try again; if it goes on, the operator finds the details in the server's log.")
 }
 
-// refusalText joins a refusal's messages, each cut as the API cuts them
-// (a message quotes what was sent, up to a form's 64 KiB).
+// refusalText joins a refusal's messages, each escaped and cut as the API
+// escapes and cuts them (a message quotes what was sent, up to a form's
+// 64 KiB, bidirectional controls included).
 func refusalText(e *bus.Error) string {
 	msgs := make([]string, 0, len(e.Violations))
 	for _, v := range e.Violations {

@@ -815,3 +815,19 @@ func TestPortalEchoesOnlyText(t *testing.T) {
 	b = c
 	check("sign-in")
 }
+
+// TestPortalRefusalsEscapeBidiControls: a portal page quoting an id of the
+// address that holds a bidirectional override shows it escaped, as the
+// API's refusals do, never the character itself.
+func TestPortalRefusalsEscapeBidiControls(t *testing.T) {
+	n := startNode(t)
+	b := newBrowser(t, n)
+	b.signIn("operator@localhost", operatorPassword)
+	ws := n.Workspace("Escapes")
+	for _, path := range []string{"/portal/workspaces/%E2%80%AE", "/portal/workspaces/" + ws + "/connections/c%E2%80%AEfdp.exe"} {
+		b.wantStatus(path, b.do("GET", path, nil), 404)
+		if strings.ContainsRune(b.last, '\u202e') || !strings.Contains(b.last, `\u202e`) {
+			t.Errorf("GET %s: the page does not show U+202E escaped:\n%.2000s", path, b.last)
+		}
+	}
+}

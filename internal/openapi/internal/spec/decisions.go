@@ -16,7 +16,7 @@ const infoDescription = `The HTTP contract of sombus. The consumer pull API foll
 - JSON bodies and envelopes must be valid UTF-8 with unique member names, at most 64 levels of nesting and numbers of at most 100 characters (decision 25).
 - A query parameter may be given at most once (decision 26).
 - A JSON body is sent with ` + "`Content-Type: application/json`" + ` (a ` + "`charset`" + `, if given, is ` + "`utf-8`" + ` or ASCII) and uncompressed (no ` + "`Content-Encoding`" + ` but ` + "`identity`" + `); anything else is 400 with the route's bad-request rule, naming the header.
-- A refusal's message may quote what was sent (a value, a name); past 1 KiB it is cut, saying how many bytes it left out.
+- A refusal's message may quote what was sent (a value, a name); control characters, format characters (Unicode category Cf, the bidirectional controls U+202A to U+202E and U+2066 to U+2069 among them), line and paragraph separators and bytes that are not UTF-8 are shown escaped (` + "`\\u202e`, `\\x00`, `\\xff`" + `), so that what it quotes cannot reorder or hide its own text; past 1 KiB it is cut, saying how many bytes it left out.
 - Body limits: ack and nack 64 KiB; publish 256 KiB; batch publish and management 1 MiB; over the limit is 413 with the route's bad-request rule (publish: ` + "`envelope.too_large`" + `).
 - Unknown routes answer 404 ` + "`route.not_found`" + `; a wrong method 405 ` + "`route.method_not_allowed`" + ` (components/responses RouteNotFound and MethodNotAllowed).
 - The portal is served under ` + "`/portal/`" + ` (HTML, not part of this API).
