@@ -158,6 +158,9 @@ type bodyOptions struct {
 
 // readBody reads a request body up to the limit, checking the content type.
 func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
+	if n := len(r.Header.Values("Content-Type")); n > 1 {
+		return nil, bus.Errorf(o.rule, "Content-Type is given %d times; send it once, as application/json.", n)
+	}
 	ct := r.Header.Get("Content-Type")
 	if ct != "application/json" { // the usual case needs no parsing
 		mt, params, err := mime.ParseMediaType(ct)
@@ -193,6 +196,11 @@ func readBody(r *http.Request, o bodyOptions) ([]byte, error) {
 	if int64(len(b)) > o.limit {
 		return nil, &bus.Error{Status: http.StatusRequestEntityTooLarge, Violations: []bus.Violation{{Rule: tooLarge,
 			Message: fmt.Sprintf("The request body is over %d bytes, the most this route accepts.", o.limit)}}}
+	}
+	if bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
+		// JSON texts must not begin with one (RFC 8259 §8.1); said plainly
+		// rather than as the parser's "invalid character" at byte 0.
+		return nil, bus.Errorf(o.rule, "The request body starts with a byte order mark (U+FEFF); send the JSON without it.")
 	}
 	return b, nil
 }

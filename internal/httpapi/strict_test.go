@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -105,4 +106,33 @@ func TestBodiesRefuseWhatStrictParsersCannotRead(t *testing.T) {
 	skills := conn + "/" + p.Consumer + "/skills"
 	r := n.Do("PUT", skills, opKey, `{"registrations":[{"instance_id":"i","skill":"s","name":"n","values":{"k":1,"k":2},"authority_scale":1}]}`)
 	wantMessage(t, wantRefusal(t, r, 400, bus.RuleManageBadRequest), `"k" given twice`, "registrations[0].values.k")
+}
+
+// TestBodiesRefuseAByteOrderMarkOrTwoContentTypes: a JSON body that starts
+// with a byte order mark is refused saying so (not as an invalid character
+// at byte 0), and so is a request with two Content-Type headers, on a
+// publish, an ack, a management route and the token endpoint.
+func TestBodiesRefuseAByteOrderMarkOrTwoContentTypes(t *testing.T) {
+	t.Parallel()
+	n := mpStart(t)
+	p := mpPair(n, nil)
+	bom := "\xef\xbb\xbf"
+	conn := "/v1/manage/workspaces/" + p.WS + "/connections"
+	for _, c := range []struct{ path, tok, body, rule string }{
+		{p.PublishPath(), p.ProducerTok, string(mpEnv("bom-1", nil)), bus.RuleEnvelopeMalformed},
+		{p.SettlePath("ack"), p.ConsumTok, `{"receipt_handles":["a"]}`, bus.RulePullBadRequest},
+		{conn, opKey, `{"kind":"consumer","name":"a"}`, bus.RuleManageBadRequest},
+	} {
+		r := n.Do("POST", c.path, c.tok, bom+c.body)
+		wantMessage(t, wantRefusal(t, r, 400, c.rule), "byte order mark")
+		req, _ := http.NewRequest("POST", n.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		req.Header.Add("Content-Type", "application/json")
+		req.Header.Add("Content-Type", "text/plain")
+		wantMessage(t, wantRefusal(t, n.Send(req), 400, c.rule), "Content-Type", "2 times")
+	}
+	req, _ := http.NewRequest("POST", n.URL+"/v1/oauth/token", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Add("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Add("Content-Type", "text/plain")
+	wantOAuthError(t, n.Send(req), 400, "invalid_request")
 }

@@ -44,7 +44,7 @@ func (s *Server) refuseToken(w http.ResponseWriter, status int, code, descriptio
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/x-www-form-urlencoded" {
+	if err != nil || mt != "application/x-www-form-urlencoded" || len(r.Header.Values("Content-Type")) > 1 {
 		s.refuseToken(w, http.StatusBadRequest, "invalid_request", "Content-Type must be application/x-www-form-urlencoded.", 0)
 		return nil
 	}
