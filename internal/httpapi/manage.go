@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"io"
 	"net/http"
 	"strconv"
 
@@ -38,8 +39,29 @@ func (s *Server) manageRoute(pattern string, ownQuery bool, h actorHandler) {
 				return err
 			}
 		}
+		if err := noBody(r); err != nil {
+			return err
+		}
 		return h(w, r, a)
 	})
+}
+
+// noBody refuses a body on a GET or DELETE, which take none: one sent is
+// refused as a POST's unknown field is, rather than passed over.
+func noBody(r *http.Request) error {
+	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
+		return nil
+	}
+	has := r.ContentLength > 0
+	if r.ContentLength < 0 { // chunked: a body of no bytes is no body
+		var one [1]byte
+		n, _ := io.ReadFull(r.Body, one[:])
+		has = n > 0
+	}
+	if has {
+		return bus.Errorf(bus.RuleManageBadRequest, "A %s request takes no body; send it without one.", r.Method)
+	}
+	return nil
 }
 
 // pathIDs are the ids a management path may carry, with what each names.

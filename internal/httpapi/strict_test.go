@@ -136,3 +136,18 @@ func TestBodiesRefuseAByteOrderMarkOrTwoContentTypes(t *testing.T) {
 	req.Header.Add("Content-Type", "text/plain")
 	wantOAuthError(t, n.Send(req), 400, "invalid_request")
 }
+
+// TestManageGetAndDeleteTakeNoBody: a body on a management GET or DELETE
+// is refused, as an unknown field of a POST is, and nothing is removed.
+func TestManageGetAndDeleteTakeNoBody(t *testing.T) {
+	t.Parallel()
+	n := mpStart(t)
+	p := mpPair(n, nil)
+	conn := "/v1/manage/workspaces/" + p.WS + "/connections/" + p.Consumer
+	for _, method := range []string{"GET", "DELETE"} {
+		r := n.Do(method, conn, opKey, `{"x":1}`)
+		wantMessage(t, wantRefusal(t, r, 400, bus.RuleManageBadRequest), method, "takes no body")
+	}
+	n.Do("GET", conn, opKey, nil).Must(t, 200)
+	n.Do("DELETE", conn, opKey, nil).Must(t, 204)
+}
