@@ -8,6 +8,10 @@
 //
 // Check makes one pass over the bytes and allocates nothing on the way
 // (its scratch space is pooled); only a refusal allocates.
+//
+// Members then checks a text against the Go type encoding/json will decode
+// it into: member names exactly the fields' (encoding/json ignores case),
+// no null where the type has no place for it, required members given.
 package strictjson
 
 import (
