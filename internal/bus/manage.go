@@ -192,8 +192,8 @@ type RoleView struct {
 
 // CreateUserParams are the fields of POST /v1/manage/users.
 type CreateUserParams struct {
-	Name     string `json:"name"`
-	Email    string `json:"email"`
+	Name     string `json:"name" strictjson:"required"`
+	Email    string `json:"email" strictjson:"required"`
 	Operator bool   `json:"operator"`
 }
 

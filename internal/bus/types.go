@@ -106,7 +106,7 @@ const (
 // Subscription routes messages whose topic matches Topic (and, when
 // Producers is not empty, that come from one of those producers).
 type Subscription struct {
-	Topic     string   `json:"topic"`
+	Topic     string   `json:"topic" strictjson:"required"`
 	Producers []string `json:"producers,omitempty"`
 }
 
@@ -172,11 +172,11 @@ type SigningKey struct {
 
 // SkillRegistration is one configured skill instance bound to a consumer.
 type SkillRegistration struct {
-	InstanceID     string          `json:"instance_id"`
-	Skill          string          `json:"skill"`
-	Name           string          `json:"name"`
-	Values         json.RawMessage `json:"values"`
-	AuthorityScale int             `json:"authority_scale"`
+	InstanceID     string          `json:"instance_id" strictjson:"required"`
+	Skill          string          `json:"skill" strictjson:"required"`
+	Name           string          `json:"name" strictjson:"required"`
+	Values         json.RawMessage `json:"values" strictjson:"required"`
+	AuthorityScale int             `json:"authority_scale" strictjson:"required"`
 }
 
 // Skills is the set of registrations of one consumer connection.

@@ -170,18 +170,38 @@ func FuzzManageBodies(f *testing.F) {
 		if !reflect.DeepEqual(v, ref) {
 			t.Fatalf("%q decoded as %+v, encoding/json reads %+v", b, v, ref)
 		}
-		// What was read, written out again, is accepted and reads the same
-		// (compared written out: raw JSON members lose their spacing).
+		// What was read, written out again (without the members left out,
+		// which encoding/json writes as null), is accepted and reads the
+		// same (compared written out: raw JSON members lose their spacing).
 		out, err := json.Marshal(v)
 		if err != nil {
 			t.Fatalf("marshal %+v: %v", v, err)
 		}
 		again := mk()
-		if err := decodeStrict(out, again, bus.RuleManageBadRequest); err != nil {
+		if err := decodeStrict(withoutNulls(t, out), again, bus.RuleManageBadRequest); err != nil {
 			t.Fatalf("%q read as %+v, written as %s, is refused: %v", b, v, out, err)
 		}
 		if out2, _ := json.Marshal(again); string(out2) != string(out) {
 			t.Fatalf("%q written as %s, read again and written as %s", b, out, out2)
 		}
 	})
+}
+
+// withoutNulls is the JSON object b without its members whose value is
+// null.
+func withoutNulls(t *testing.T, b []byte) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	for k, v := range m {
+		if string(v) == "null" {
+			delete(m, k)
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -80,6 +80,16 @@ func checkPathIDs(r *http.Request) error {
 	return nil
 }
 
+// connectionCreate is bus.ConnectionParams as creating a connection reads
+// it, where kind and name are required (an update takes each or not).
+type connectionCreate struct {
+	Kind          *bus.ConnectionKind `json:"kind" strictjson:"required"`
+	Name          *string             `json:"name" strictjson:"required"`
+	AttemptLimit  *int                `json:"attempt_limit"`
+	QuotaTier     *string             `json:"quota_tier"`
+	Subscriptions *[]bus.Subscription `json:"subscriptions"`
+}
+
 // readManage decodes a management body strictly into v.
 func readManage(r *http.Request, v any) error {
 	b, err := readBody(r, bodyOptions{limit: limitManage, rule: bus.RuleManageBadRequest})
@@ -168,7 +178,7 @@ func (s *Server) manageRoutes() {
 	})
 	s.manage("PUT /v1/manage/users/{u}/password", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		var p struct {
-			Password *string `json:"password"`
+			Password *string `json:"password" strictjson:"required"`
 		}
 		if err := readManage(r, &p); err != nil {
 			return err
@@ -184,7 +194,7 @@ func (s *Server) manageRoutes() {
 	})
 	s.manage("POST /v1/manage/workspaces", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		var p struct {
-			Name string `json:"name"`
+			Name string `json:"name" strictjson:"required"`
 		}
 		if err := readManage(r, &p); err != nil {
 			return err
@@ -214,7 +224,7 @@ func (s *Server) manageRoutes() {
 	})
 	s.manage("PUT "+ws+"/members/{u}", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		var p struct {
-			Role bus.Role `json:"role"`
+			Role bus.Role `json:"role" strictjson:"required"`
 		}
 		if err := readManage(r, &p); err != nil {
 			return err
@@ -234,11 +244,11 @@ func (s *Server) manageRoutes() {
 		return nil
 	})
 	s.manage("POST "+ws+"/connections", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
-		var p bus.ConnectionParams
+		var p connectionCreate
 		if err := readManage(r, &p); err != nil {
 			return err
 		}
-		v, err := s.svc.CreateConnection(r.Context(), a, r.PathValue("t"), p)
+		v, err := s.svc.CreateConnection(r.Context(), a, r.PathValue("t"), bus.ConnectionParams(p))
 		if err != nil {
 			return err
 		}
@@ -378,7 +388,7 @@ func (s *Server) manageRoutes() {
 	})
 	s.manage("PUT "+conn+"/skills", func(w http.ResponseWriter, r *http.Request, a *bus.Actor) error {
 		var p struct {
-			Registrations []bus.SkillRegistration `json:"registrations"`
+			Registrations []bus.SkillRegistration `json:"registrations" strictjson:"required"`
 		}
 		if err := readManage(r, &p); err != nil {
 			return err

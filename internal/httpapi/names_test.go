@@ -24,7 +24,7 @@ func TestNamesNeedAVisibleCharacter(t *testing.T) {
 		msg = wantRefusal(t, n.do(t, "PATCH", connPath(ws, c.ID), opKey, map[string]any{"name": blank}), 400, "manage.bad_request")
 		wantMessage(t, msg, "name", "visible character")
 		msg = wantRefusal(t, n.do(t, "PUT", connPath(ws, c.ID)+"/skills", opKey, map[string]any{"registrations": []map[string]any{
-			{"instance_id": "i", "skill": "s", "name": blank, "values": map[string]any{}}}}), 400, "manage.bad_request")
+			{"instance_id": "i", "skill": "s", "name": blank, "values": map[string]any{}, "authority_scale": 1}}}), 400, "manage.bad_request")
 		wantMessage(t, msg, "registrations[0].name", "visible character")
 	}
 	// Blank as before: "is required".

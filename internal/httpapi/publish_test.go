@@ -526,7 +526,7 @@ func TestSubscriptionsAndFanOut(t *testing.T) {
 	p := mpPair(n, nil)
 	other := n.Connection(p.WS, "producer", mpTier(nil))
 	sub := func(subs ...map[string]any) *servertest.Pair {
-		return mpConsumer(n, p, map[string]any{"subscriptions": subs})
+		return mpConsumer(n, p, map[string]any{"subscriptions": append([]map[string]any{}, subs...)}) // [] for none: null is refused
 	}
 	type consumer struct {
 		name string

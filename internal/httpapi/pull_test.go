@@ -138,6 +138,8 @@ func TestSettleBodies(t *testing.T) {
 		bad := map[string]string{
 			"empty list":      `{"receipt_handles":[]}`,
 			"null list":       `{"receipt_handles":null}`,
+			"null handle":     `{"receipt_handles":["x",null]}`,
+			"empty handle":    `{"receipt_handles":["x",""]}`,
 			"missing":         `{}`,
 			"eleven":          mustJSON(map[string]any{"receipt_handles": append(slices.Clone(hs), "x")}),
 			"repeated":        mustJSON(map[string]any{"receipt_handles": []string{hs[0], hs[1], hs[0]}}),
@@ -179,9 +181,9 @@ func TestSettleBodies(t *testing.T) {
 		}
 	}
 	// Ten distinct handles, some bad: 200 with a result per handle.
-	mixed := []string{hs[0], hs[1], "garbage", hs[2][:len(hs[2])-2], "", hs[3] + "x"}
+	mixed := []string{hs[0], hs[1], "garbage", hs[2][:len(hs[2])-2], hs[3] + "x"}
 	a := mpSettle(t, n, p, "ack", mixed, nil)
-	if !slices.Equal(a.Acked, []string{hs[0], hs[1]}) || len(a.Failed) != 4 {
+	if !slices.Equal(a.Acked, []string{hs[0], hs[1]}) || len(a.Failed) != 3 {
 		t.Errorf("mixed ack: %+v", a)
 	}
 	for _, f := range a.Failed {

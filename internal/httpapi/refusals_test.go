@@ -241,7 +241,8 @@ func TestManageBodies(t *testing.T) {
 		{routes[3], `{"kind":"consumer","name":"x","subscriptions":"som.>"}`, "subscriptions"},
 		{routes[3], `{"kind":"consumer","name":"x","subscriptions":[{"topic":5}]}`, "topic"},
 		{routes[3], `{"kind":"consumer","name":"x","subscriptions":[{"topic":"som.>","colour":1}]}`, "colour"},
-		{routes[3], `{"kind":"consumer","name":"x","quota_tier":null,"extra":1}`, "extra"},
+		{routes[3], `{"kind":"consumer","name":"x","quota_tier":"standard","extra":1}`, "extra"},
+		{routes[3], `{"kind":"consumer","name":"x","quota_tier":null,"extra":1}`, "quota_tier"}, // the first fault
 		{routes[4], `{"attempt_limit":true}`, "attempt_limit"},
 		{routes[5], `{"overlap":24}`, "overlap"},
 		{routes[6], `{"registrations":{}}`, "registrations"},

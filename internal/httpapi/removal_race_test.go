@@ -46,7 +46,7 @@ func TestRequestsRacingRemovalAnswer404(t *testing.T) {
 				{"POST", p + "/secret/rotate", nil, 201},
 				{"POST", p + "/purge", nil, 200},
 				{"POST", p + "/dead-letters/redrive", nil, 200},
-				{"PUT", p + "/skills", map[string]any{"registrations": []map[string]any{{"instance_id": "i", "skill": "s", "name": "n"}}}, 200},
+				{"PUT", p + "/skills", map[string]any{"registrations": []map[string]any{{"instance_id": "i", "skill": "s", "name": "n", "values": map[string]any{}, "authority_scale": 0}}}, 200},
 			}
 			for range 6 {
 				reqs = append(reqs, struct {

@@ -262,8 +262,17 @@ func decodeStrictOuter(b []byte, v any, rule string, outer int) error {
 	if len(bytes.TrimSpace(b)) > 0 {
 		// Syntax errors are left to encoding/json, which names them as
 		// every route always has.
-		if err := strictjson.CheckOuter(b, outer); err != nil && err.Kind != strictjson.Syntax {
+		err := strictjson.CheckOuter(b, outer)
+		if err != nil && err.Kind != strictjson.Syntax {
 			return bus.Errorf(rule, "The request body is refused: %s.", err)
+		}
+		// encoding/json reads member names regardless of case and null as
+		// left out: names must be exact, and null is refused where the
+		// request's schema does not allow it.
+		if err == nil {
+			if merr := strictjson.Members(b, reflect.TypeOf(v)); merr != nil {
+				return bus.Errorf(rule, "%s", describeMemberError(merr))
+			}
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -280,6 +289,20 @@ func decodeStrictOuter(b []byte, v any, rule string, outer int) error {
 		return bus.Errorf(rule, "The request body must be a JSON object.")
 	}
 	return nil
+}
+
+// describeMemberError turns a refusal of strictjson.Members into a
+// sentence naming the member.
+func describeMemberError(e *strictjson.MemberError) string {
+	switch e.Kind {
+	case strictjson.Folded:
+		return fmt.Sprintf("The request body has a member %q, which differs from the member %q the bus reads only by case: names are exact.", e.Path, e.Field)
+	case strictjson.Missing:
+		return fmt.Sprintf("%s is required.", e.Path)
+	case strictjson.Unknown:
+		return fmt.Sprintf("Unknown field %q: it is not part of this request.", e.Path)
+	}
+	return e.Error() + "." // a member's path first, as the routes' own refusals name it
 }
 
 // describeJSONError turns a decoding error into a sentence naming the field.

@@ -124,7 +124,7 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	envs, ok := batchEnvelopes(body)
 	if !ok {
 		var req struct {
-			Messages []json.RawMessage `json:"messages"`
+			Messages []json.RawMessage `json:"messages" strictjson:"required"`
 		}
 		if err := decodeStrictOuter(body, &req, bus.RuleEnvelopeMalformed, 2); err != nil {
 			return err
@@ -420,7 +420,7 @@ func plainHandles(body []byte) (hs []string, ok bool) {
 
 // settleRequest is the body of ack and nack.
 type settleRequest struct {
-	ReceiptHandles []string `json:"receipt_handles"`
+	ReceiptHandles []string `json:"receipt_handles" strictjson:"required"`
 	DelaySeconds   *int     `json:"delay_seconds"`
 }
 
@@ -443,6 +443,9 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 		return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles must hold 1 to 10 receipt handles (got %d).", n)
 	}
 	for i, h := range req.ReceiptHandles {
+		if h == "" { // null items are refused by decodeStrict
+			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] must be a receipt handle, not an empty string.", i)
+		}
 		if slices.Contains(req.ReceiptHandles[:i], h) { // n is at most 10
 			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] repeats an earlier handle; handles must be distinct.", i)
 		}

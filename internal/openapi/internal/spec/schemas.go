@@ -329,7 +329,7 @@ func schemas() obj {
 			"subscriptions", ref("Subscriptions"),
 		)),
 		"ConnectionUpdateRequest", closed("Fields left out are unchanged; `kind` cannot be changed. Decision: an empty object changes "+
-			"nothing and answers the connection.", nil, o(
+			"nothing and answers the connection; a field sent as null is 400 `manage.bad_request` (decision 32).", nil, o(
 			"name", nameField(),
 			"attempt_limit", integer(1, 1000, ""),
 			"quota_tier", o("type", "string", "minLength", 1),
@@ -373,7 +373,7 @@ func schemas() obj {
 			"next_cursor", cursor(),
 		)),
 		"RedriveRequest", closed("Decision: without `message_ids` (or with no body) every dead letter is moved back; ids that are not "+
-			"in the dead-letter queue are skipped and not counted.", nil, o(
+			"in the dead-letter queue are skipped and not counted. `message_ids` is left out for all, never null (decision 32).", nil, o(
 			"message_ids", o("type", "array", "minItems", 1, "maxItems", 100, "uniqueItems", true, "items", pattern(printable, "")),
 		)),
 		"RedriveResponse", closed("", []string{"redriven"}, o("redriven", integer(0, nil, "Messages moved back to the queue."))),
@@ -431,7 +431,7 @@ func connProps(kind string) obj {
 func receiptHandles() obj {
 	return o("type", "array", "minItems", 1, "maxItems", 10, "uniqueItems", true,
 		"items", o("type", "string", "minLength", 1),
-		"description", "1 to 10 distinct receipt handles; an empty, longer or repeated list is 400 `pull.bad_request`.")
+		"description", "1 to 10 distinct receipt handles; an empty, longer or repeated list, or an empty or null handle, is 400 `pull.bad_request` (naming the handle's index).")
 }
 
 func uri() obj { return o("type", "string", "format", "uri") }
