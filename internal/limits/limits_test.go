@@ -643,6 +643,14 @@ func TestLoadTiersErrors(t *testing.T) {
 		{tier(`"name":"a","rate_per_second":1,"burst":0,"daily_quota":3`), "burst must be between 1 and 1000000, got 0"},
 		{tier(`"name":"a","rate_per_second":1,"burst":2,"daily_quota":-1`), "daily_quota must be between 1 and 1000000000000, got -1"},
 		{tier(`"name":"a","rate_per_second":1,"burst":2.5,"daily_quota":3`), "malformed JSON"},
+		// Names are exact, null is no value, a name is given once.
+		{tier(`"name":"a",` + ok + `,"BURST":1000000`), `member "tiers[0].BURST" differs from "tiers[0].burst" only by case`},
+		{tier(`"Name":"a",` + ok), `member "tiers[0].Name" differs from "tiers[0].name"`},
+		{`{"TIERS":[]}`, `member "TIERS" differs from "tiers"`},
+		{tier(`"name":"a",` + ok + `,"operator_onl\u0059":true`), `member "tiers[0].operator_onlY" differs from "tiers[0].operator_only"`},
+		{tier(`"name":"a","rate_per_second":1,"burst":null,"daily_quota":3`), "tiers[0].burst must be an integer, not null"},
+		{tier(`"name":"a",` + ok + `,"operator_only":null`), "tiers[0].operator_only must be true or false or left out, not null"},
+		{tier(`"name":"a",` + ok + `,"burst":5`), `"burst" given twice`},
 		{tier(`"name":"a","rate_per_second":"fast","burst":2,"daily_quota":3`), "malformed JSON"},
 	} {
 		_, err := limits.ParseTiers([]byte(c.json))

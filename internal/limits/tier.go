@@ -16,9 +16,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 // Names of the built-in tiers.
@@ -175,10 +178,10 @@ func (ts Tiers) Names() []string {
 // tierConfig is one entry of the config file. Pointers tell a missing field
 // from a zero one, so the error can say "is required".
 type tierConfig struct {
-	Name          string   `json:"name"`
-	RatePerSecond *float64 `json:"rate_per_second"`
-	Burst         *int     `json:"burst"`
-	DailyQuota    *int64   `json:"daily_quota"`
+	Name          string   `json:"name" strictjson:"required"`
+	RatePerSecond *float64 `json:"rate_per_second" strictjson:"required"`
+	Burst         *int     `json:"burst" strictjson:"required"`
+	DailyQuota    *int64   `json:"daily_quota" strictjson:"required"`
 	OperatorOnly  bool     `json:"operator_only"`
 }
 
@@ -213,6 +216,18 @@ func LoadTiers(path string) (Tiers, error) {
 
 // ParseTiers is LoadTiers on the file's contents.
 func ParseTiers(data []byte) (Tiers, error) {
+	// Names are exact and null is no value: encoding/json would read
+	// "BURST" as burst and null as left out. Repeated names (the last
+	// would win) and bytes that are not UTF-8 are refused too. Syntax
+	// errors are the decoder's to name, and unknown or missing members
+	// are refused below with the tier named.
+	if err := strictjson.Check(data); err != nil && err.Kind != strictjson.Syntax {
+		return Tiers{}, fmt.Errorf("refused JSON: %w", err)
+	} else if err == nil {
+		if merr := strictjson.Members(data, reflect.TypeFor[tiersFile]()); merr != nil && merr.Kind != strictjson.Missing && merr.Kind != strictjson.Unknown {
+			return Tiers{}, merr
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f tiersFile
