@@ -382,6 +382,19 @@ func TestAckNackSkills(t *testing.T) {
 	if err != nil || len(sk.Registrations) != 1 || sk.Registrations[0].AuthorityScale != 40 || sk.UpdatedAt.IsZero() {
 		t.Fatalf("skills: %+v, %v", sk, err)
 	}
+	// Without Values the registration is sent with {}: the API refuses
+	// null, which nil would be written as.
+	regs = []client.SkillRegistration{{InstanceID: "i2", Skill: "s", Name: "n"}}
+	if _, err := e.mgr.PutSkills(ctx, e.ws, e.consID, regs); err != nil {
+		t.Fatal(err)
+	}
+	if regs[0].Values != nil {
+		t.Errorf("PutSkills changed its argument: %s", regs[0].Values)
+	}
+	sk, err = e.consumer.Skills(ctx)
+	if err != nil || len(sk.Registrations) != 1 || string(sk.Registrations[0].Values) != "{}" {
+		t.Fatalf("skills: %+v, %v", sk, err)
+	}
 }
 
 // The consume loop rides out a 429 on a receive, a 503 on an

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -523,9 +524,16 @@ func (m *Manager) GetSkills(ctx context.Context, ws, id string) (*Skills, error)
 }
 
 // PutSkills replaces the skill registrations bound to a consumer (admins).
+// A registration without Values is sent with {} (the API refuses null).
 func (m *Manager) PutSkills(ctx context.Context, ws, id string, regs []SkillRegistration) (*Skills, error) {
+	regs = slices.Clone(regs)
 	if regs == nil {
 		regs = []SkillRegistration{}
+	}
+	for i := range regs {
+		if len(regs[i].Values) == 0 {
+			regs[i].Values = json.RawMessage(`{}`)
+		}
 	}
 	var out Skills
 	return &out, m.do(ctx, http.MethodPut, connPath(ws, id)+"/skills", nil, map[string]any{"registrations": regs}, &out)
