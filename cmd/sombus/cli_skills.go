@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sombus/sombus/client"
+	"github.com/sombus/sombus/internal/strictjson"
 )
 
 func newSkillsCommand() *cobra.Command {
@@ -127,8 +129,14 @@ func parseRegistrations(data []byte) ([]client.SkillRegistration, error) {
 }
 
 // strictJSON decodes one JSON value into v, refusing unknown fields and
-// anything after the value.
+// anything after the value, names that match a field only ignoring case
+// (encoding/json would read "Values" as values) and null members.
 func strictJSON(data []byte, v any) error {
+	if json.Valid(data) {
+		if err := strictjson.Members(data, reflect.TypeOf(v)); err != nil && err.Kind != strictjson.Unknown {
+			return err // (unknown fields: the decoder's words, below)
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -588,6 +588,15 @@ func TestCLISkills(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown field "instance"`) {
 		t.Fatalf("a misspelt field: %v", err)
 	}
+	// So is a name that is right only ignoring case, and a null.
+	_, _, err = c.run("skills", "put", p.Consumer, `[{"instance_id":"i4","skill":"s","name":"n","Values":{},"authority_scale":0}]`, "-w", p.WS, "--url", c.node.URL, "--api-key", servertest.BootstrapKey)
+	if err == nil || !strings.Contains(err.Error(), `member "[0].Values" differs from "[0].values" only by case`) {
+		t.Fatalf("a name in the wrong case: %v", err)
+	}
+	_, _, err = c.run("skills", "put", p.Consumer, `{"registrations":[{"instance_id":"i4","skill":"s","name":"n","values":null,"authority_scale":0}]}`, "-w", p.WS, "--url", c.node.URL, "--api-key", servertest.BootstrapKey)
+	if err == nil || !strings.Contains(err.Error(), "registrations[0].values must not be null") {
+		t.Fatalf("null values: %v", err)
+	}
 	// The bus's refusal names the rule.
 	_, _, err = c.run("skills", "put", p.Consumer, `[{"instance_id":"i5","skill":"s","name":"n","values":{},"authority_scale":101}]`, "-w", p.WS, "--url", c.node.URL, "--api-key", servertest.BootstrapKey)
 	if err == nil || !strings.Contains(err.Error(), "authority_scale") {
