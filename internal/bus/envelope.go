@@ -136,8 +136,11 @@ func (f *envelopeFields) read(b []byte) bool {
 		case "payload":
 			f.payload = v
 		default:
+			// No test of lengths first: encoding/json folds as EqualFold
+			// does, so it reads "meſsage_id" (a long s, two bytes) as
+			// message_id.
 			for _, c := range checkedNames {
-				if f.folded == "" && len(name) == len(c) && strings.EqualFold(string(name), c) {
+				if f.folded == "" && strings.EqualFold(string(name), c) {
 					f.folded = string(name)
 				}
 			}

@@ -66,6 +66,25 @@ func TestCheckEnvelopeMalformedAndLarge(t *testing.T) {
 	}
 }
 
+// A member whose name differs from a checked one only by case, as
+// encoding/json folds names (the long s ſ included), is
+// refused: a reader matching names regardless of case would take it for
+// that member.
+func TestCheckEnvelopeRefusesFoldedNames(t *testing.T) {
+	t.Parallel()
+	const rest = `"som_version":"1.0.0","message_type":"t","correlation_id":"c","payload":{}`
+	for _, name := range []string{"Message_ID", "MESSAGE_ID", "meſsage_id", "me\u017fsage_id", "Payloa\u0044"} {
+		_, vs := CheckEnvelope([]byte(`{"message_id":"m",` + rest + `,"` + name + `":"x"}`))
+		if len(vs) != 1 || vs[0].Rule != RuleEnvelopeMalformed || !strings.Contains(vs[0].Message, "only by case") {
+			t.Errorf("%s: %+v", name, vs)
+		}
+	}
+	// Other names stay the producer's own.
+	if _, vs := CheckEnvelope([]byte(`{"message_id":"m",` + rest + `,"message_ids":1,"messageid":1}`)); len(vs) != 0 {
+		t.Errorf("other names: %+v", vs)
+	}
+}
+
 func TestRoleOrder(t *testing.T) {
 	t.Parallel()
 	if !RoleOwner.AtLeast(RoleAdmin) || RoleViewer.AtLeast(RoleDeveloper) || Role("").AtLeast(RoleViewer) || Role("x").AtLeast(RoleViewer) {
