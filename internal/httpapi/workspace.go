@@ -443,9 +443,6 @@ func (s *Server) readSettle(r *http.Request, nack bool) (settleRequest, error) {
 		return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles must hold 1 to 10 receipt handles (got %d).", n)
 	}
 	for i, h := range req.ReceiptHandles {
-		if h == "" { // null items are refused by decodeStrict
-			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] must be a receipt handle, not an empty string.", i)
-		}
 		if slices.Contains(req.ReceiptHandles[:i], h) { // n is at most 10
 			return req, bus.Errorf(bus.RulePullBadRequest, "receipt_handles[%d] repeats an earlier handle; handles must be distinct.", i)
 		}

@@ -431,7 +431,7 @@ func connProps(kind string) obj {
 func receiptHandles() obj {
 	return o("type", "array", "minItems", 1, "maxItems", 10, "uniqueItems", true,
 		"items", o("type", "string", "minLength", 1),
-		"description", "1 to 10 distinct receipt handles; an empty, longer or repeated list, or an empty or null handle, is 400 `pull.bad_request` (naming the handle's index).")
+		"description", "1 to 10 distinct receipt handles; an empty, longer or repeated list, or a null handle, is 400 `pull.bad_request` (naming the handle's index); an empty handle is a malformed one and fails on its own with `ReceiptHandleIsInvalid`.")
 }
 
 func uri() obj { return o("type", "string", "format", "uri") }
