@@ -155,8 +155,12 @@ func (t *mgmtTx) MemberDelete(workspaceID, userID string) error {
 	return t.execOne("member", `DELETE FROM members WHERE workspace_id = $1 AND user_id = $2`, workspaceID, userID)
 }
 
+// MemberGet locks the member's row in an Update (lockRow): a change of
+// role that found the member, or a removal, then holds the row until it
+// ends, so a removal committed meanwhile is seen (no row: not found)
+// instead of being undone by the change's upsert.
 func (t *mgmtTx) MemberGet(workspaceID, userID string) (bus.Member, error) {
-	ms, err := t.members(`workspace_id = $1 AND user_id = $2`, workspaceID, userID)
+	ms, err := t.memberRows(`workspace_id = $1 AND user_id = $2`, t.lockRow(), workspaceID, userID)
 	if err != nil {
 		return bus.Member{}, err
 	}
@@ -176,7 +180,12 @@ func (t *mgmtTx) MemberListByWorkspace(workspaceID string) ([]bus.Member, error)
 
 // members lists members matching where, in the order they were added.
 func (t *mgmtTx) members(where string, args ...any) ([]bus.Member, error) {
-	rows, err := t.tx.Query(t.ctx, `SELECT workspace_id, user_id, role FROM members WHERE `+where+` ORDER BY ord`, args...)
+	return t.memberRows(where, "", args...)
+}
+
+// memberRows reads the members where, in order, ending the query with lock.
+func (t *mgmtTx) memberRows(where, lock string, args ...any) ([]bus.Member, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT workspace_id, user_id, role FROM members WHERE `+where+` ORDER BY ord`+lock, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
