@@ -678,21 +678,23 @@ func TestPortalRoleFormOfRemovedMember(t *testing.T) {
 func TestPortalNextStaysInThePortal(t *testing.T) {
 	n, b, _ := signedInOperator(t)
 	for next, want := range map[string]string{
-		"/portal/password":                "/portal/password",
-		"/portal/workspaces?cursor=a..b":  "/portal/workspaces?cursor=a..b",
-		"/portal/../../evil":              "/portal/",
-		"/portal/..//evil.example":        "/portal/",
-		"/portal/../v1/manage/whoami":     "/portal/",
-		"/portal/x/../signout":            "/portal/",
-		"/portal/./signin":                "/portal/",
-		"/portal/%2e%2e/v1/manage/whoami": "/portal/",
-		"/portal/%2E./evil":               "/portal/",
-		"/portal/%73ignout":               "/portal/",
-		"/portal/%5c%5cevil.example":      "/portal/",
-		"/portal/%zz":                     "/portal/",
-		"/portal/static/portal.css":       "/portal/",
-		"//evil.example/portal/":          "/portal/",
-		"/portal/\\evil.example":          "/portal/",
+		"/portal/password":                    "/portal/password",
+		"/portal/workspaces?cursor=a..b":      "/portal/workspaces?cursor=a..b",
+		"/portal/../../evil":                  "/portal/",
+		"/portal/..//evil.example":            "/portal/",
+		"/portal/../v1/manage/whoami":         "/portal/",
+		"/portal/x/../signout":                "/portal/",
+		"/portal/./signin":                    "/portal/",
+		"/portal/%2e%2e/v1/manage/whoami":     "/portal/",
+		"/portal/%2E./evil":                   "/portal/",
+		"/portal/%73ignout":                   "/portal/",
+		"/portal/%5c%5cevil.example":          "/portal/",
+		"/portal/#/../../v1/manage/whoami":    "/portal/",
+		"/portal/x#/../../../v1/openapi.json": "/portal/",
+		"/portal/%zz":                         "/portal/",
+		"/portal/static/portal.css":           "/portal/",
+		"//evil.example/portal/":              "/portal/",
+		"/portal/\\evil.example":              "/portal/",
 	} {
 		resp := b.do("GET", "/portal/signin?next="+url.QueryEscape(next), nil)
 		if got := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || got != want {

@@ -216,8 +216,10 @@ func safeNext(next string) bool {
 	if !bus.PlainText(next) {
 		return false
 	}
+	// What http.Redirect tidies: everything before the first "?", a
+	// fragment included (/portal/#/../../v1 would become /v1).
 	path := next
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
 	decoded, err := url.PathUnescape(path)
