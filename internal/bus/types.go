@@ -172,10 +172,12 @@ type SigningKey struct {
 
 // SkillRegistration is one configured skill instance bound to a consumer.
 type SkillRegistration struct {
-	InstanceID     string          `json:"instance_id" strictjson:"required"`
-	Skill          string          `json:"skill" strictjson:"required"`
-	Name           string          `json:"name" strictjson:"required"`
-	Values         json.RawMessage `json:"values" strictjson:"required"`
+	InstanceID string `json:"instance_id" strictjson:"required"`
+	Skill      string `json:"skill" strictjson:"required"`
+	Name       string `json:"name" strictjson:"required"`
+	// Values left out or null are stored as {}, as they always were (the
+	// Go client before this version sent null for no values).
+	Values         json.RawMessage `json:"values" strictjson:"nullable"`
 	AuthorityScale int             `json:"authority_scale" strictjson:"required"`
 }
 

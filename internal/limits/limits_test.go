@@ -649,7 +649,6 @@ func TestLoadTiersErrors(t *testing.T) {
 		{`{"TIERS":[]}`, `member "TIERS" differs from "tiers"`},
 		{tier(`"name":"a",` + ok + `,"operator_onl\u0059":true`), `member "tiers[0].operator_onlY" differs from "tiers[0].operator_only"`},
 		{tier(`"name":"a","rate_per_second":1,"burst":null,"daily_quota":3`), "tiers[0].burst must be an integer, not null"},
-		{tier(`"name":"a",` + ok + `,"operator_only":null`), "tiers[0].operator_only must be true or false or left out, not null"},
 		{tier(`"name":"a",` + ok + `,"burst":5`), `"burst" given twice`},
 		{tier(`"name":"a","rate_per_second":"fast","burst":2,"daily_quota":3`), "malformed JSON"},
 	} {
@@ -657,6 +656,19 @@ func TestLoadTiersErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want it to contain %q", c.json, err, c.want)
 		}
+	}
+}
+
+// TestTierOperatorOnlyNull: a tier's operator_only null is false, as files
+// written for earlier versions may have it.
+func TestTierOperatorOnlyNull(t *testing.T) {
+	t.Parallel()
+	ts, err := limits.ParseTiers([]byte(`{"tiers":[{"name":"gold","rate_per_second":1,"burst":2,"daily_quota":3,"operator_only":null}]}`))
+	if err != nil {
+		t.Fatalf("operator_only null: %v", err)
+	}
+	if _, operatorOnly := ts.Info("gold"); operatorOnly {
+		t.Error("operator_only null made the tier operator-only")
 	}
 }
 

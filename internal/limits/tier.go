@@ -182,7 +182,7 @@ type tierConfig struct {
 	RatePerSecond *float64 `json:"rate_per_second" strictjson:"required"`
 	Burst         *int     `json:"burst" strictjson:"required"`
 	DailyQuota    *int64   `json:"daily_quota" strictjson:"required"`
-	OperatorOnly  bool     `json:"operator_only"`
+	OperatorOnly  bool     `json:"operator_only" strictjson:"nullable"` // null is false, as it always was
 }
 
 type tiersFile struct {

@@ -230,7 +230,8 @@ func schemas() obj {
 			"updated_at", timeField("When the registrations were last put; before the first put, when the connection was created."),
 		)),
 		"SkillsPutRequest", closed("Replaces the registrations (an empty list clears them). Decision: at most 100 registrations, "+
-			"`instance_id` unique among them (400 `manage.bad_request` otherwise).", []string{"registrations"}, o(
+			"`instance_id` unique among them (400 `manage.bad_request` otherwise). A registration's `values` left out or null "+
+			"is stored as `{}` (clients of earlier versions send null for none); its other members are required.", []string{"registrations"}, o(
 			"registrations", array(ref("SkillRegistration"), "").with("maxItems", 100),
 		)),
 
