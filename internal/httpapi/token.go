@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sombus/sombus/internal/edge"
@@ -79,10 +80,11 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	id, secret, basic := r.BasicAuth()
-	if h := r.Header.Values("Authorization"); len(h) > 1 || (len(h) == 1 && !basic) {
+	if h := r.Header.Values("Authorization"); len(h) > 1 || (len(h) == 1 && !basic && strings.TrimSpace(h[0]) != "") {
 		// An Authorization header is a client authentication: one that is
 		// not HTTP Basic credentials (another scheme, a malformed value,
 		// two headers) is refused, not passed over for the form's fields.
+		// An empty one carries nothing and is taken as absent.
 		s.refuseToken(w, http.StatusUnauthorized, "invalid_client", "The Authorization header must be one HTTP Basic header with the client id and secret.", 0)
 		return nil
 	}

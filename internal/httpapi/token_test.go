@@ -70,6 +70,9 @@ func TestTokenEndpoint(t *testing.T) {
 		r := n.raw(t, "POST", "/v1/oauth/token", formCreds, map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Authorization": auth})
 		wantOAuthError(t, r, 401, "invalid_client")
 	}
+	// An empty header carries nothing: the form's credentials are used.
+	r = n.raw(t, "POST", "/v1/oauth/token", formCreds, map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Authorization": " "})
+	okAnswer("form with an empty Authorization header", r.Status, r.Header, r.Body)
 	req, _ = http.NewRequest("POST", n.URL+"/v1/oauth/token", strings.NewReader("grant_type=client_credentials"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth(c.ID, s.ClientSecret)
