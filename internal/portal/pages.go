@@ -203,7 +203,7 @@ func (p *Portal) showWorkspaces(w http.ResponseWriter, r *http.Request, s *Sessi
 }
 
 func (p *Portal) createWorkspace(w http.ResponseWriter, r *http.Request, s *Session) error {
-	ws, err := p.svc.CreateWorkspace(r.Context(), s.Actor, r.PostForm.Get("name"))
+	ws, err := p.svc.CreateWorkspace(r.Context(), s.Actor, strings.TrimSpace(r.PostForm.Get("name")))
 	if err != nil {
 		if e, ok := bus.AsError(err); ok && e.Status != http.StatusForbidden {
 			return p.showWorkspaces(w, r, s, e.Status, View{Error: refusalText(e), ErrorForm: "create", Form: r.PostForm})

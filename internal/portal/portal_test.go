@@ -833,3 +833,15 @@ func TestPortalRefusalsEscapeBidiControls(t *testing.T) {
 		}
 	}
 }
+
+// TestPortalTrimsWorkspaceName: white space around a new workspace's
+// name, as typed into the form, is not kept (as for the other forms).
+func TestPortalTrimsWorkspaceName(t *testing.T) {
+	n, b, _ := signedInOperator(t)
+	b.do("GET", "/portal/", nil)
+	b.wantStatus("create", b.post("/portal/workspaces", url.Values{"name": {"  Trimmed name \t"}}), http.StatusSeeOther)
+	r := n.Do("GET", "/v1/manage/workspaces", servertest.BootstrapKey, nil)
+	if !strings.Contains(string(r.Body), `"name":"Trimmed name"`) {
+		t.Fatalf("the workspace's name was not trimmed: %s", r.Body)
+	}
+}
