@@ -31,7 +31,7 @@ func TestCursorKeyShared(t *testing.T) {
 			}
 			again, err := bus.LoadCursorKey(ctx, store)
 			if err != nil || !bytes.Equal(key, again) || len(key) < 16 {
-				t.Fatalf("cursor key %x then %x (%v)", key, again, err)
+				t.Fatalf("cursor key of %d bytes, then one of %d bytes, equal %v (%v)", len(key), len(again), bytes.Equal(key, again), err)
 			}
 			node := func(key []byte) *bus.Service {
 				return bus.NewService(bus.Config{Store: store, Clock: clock, Credentials: testCredentials{}, Logger: storetest.Logger(t), CursorKey: key})
