@@ -104,7 +104,7 @@ func schemas() obj {
 			"description", "Form fields of a token request. The client authenticates with HTTP Basic (`client_id:client_secret`) "+
 				"or with the `client_id` and `client_secret` fields (RFC 6749 §2.3.1), not both. Decision: an `Authorization` header "+
 				"that is not one HTTP Basic header (another scheme, a malformed value, two headers) is 401 `invalid_client`, even "+
-				"beside the form fields. Unrecognized parameters (such as "+
+				"beside the form fields; an empty one is taken as absent. Unrecognized parameters (such as "+
 				"`scope`) are ignored, as RFC 6749 §3.1 requires of an authorization server: this is the one request body that "+
 				"does not refuse unknown fields.",
 			"required", []string{"grant_type"},
@@ -431,7 +431,7 @@ func connProps(kind string) obj {
 
 func receiptHandles() obj {
 	return o("type", "array", "minItems", 1, "maxItems", 10, "uniqueItems", true,
-		"items", o("type", "string", "minLength", 1),
+		"items", o("type", "string"),
 		"description", "1 to 10 distinct receipt handles; an empty, longer or repeated list, or a null handle, is 400 `pull.bad_request` (naming the handle's index); an empty handle is a malformed one and fails on its own with `ReceiptHandleIsInvalid`.")
 }
 
