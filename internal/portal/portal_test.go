@@ -638,32 +638,20 @@ func TestPortalSignInEndsReplacedSession(t *testing.T) {
 // member's row no longer is; so does a second removal.
 func TestPortalRoleFormOfRemovedMember(t *testing.T) {
 	n, b, ws := signedInOperator(t)
-	r := n.Do("POST", "/v1/manage/users", servertest.BootstrapKey, map[string]any{"name": "Ada", "email": "ada@example.com"})
-	if r.Status != 201 {
-		t.Fatalf("create user: %d %s", r.Status, r.Body)
-	}
-	var u struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(r.Body, &u); err != nil {
-		t.Fatal(err)
-	}
-	if r := n.Do("PUT", "/v1/manage/workspaces/"+ws+"/members/"+u.ID, servertest.BootstrapKey, map[string]any{"role": "developer"}); r.Status != 200 {
-		t.Fatalf("add member: %d %s", r.Status, r.Body)
-	}
+	ada := addMember(t, n, ws, "Ada", "ada@example.com", "developer")
 	page := "/portal/workspaces/" + ws
 	b.do("GET", page, nil)
-	b.wantStatus("remove", b.post(page+"/members/"+u.ID+"/remove", nil), http.StatusSeeOther)
+	b.wantStatus("remove", b.post(page+"/members/"+ada+"/remove", nil), http.StatusSeeOther)
 	b.do("GET", page, nil)
-	b.wantStatus("the old role form", b.post(page+"/members/"+u.ID, url.Values{"role": {"viewer"}}), http.StatusNotFound)
+	b.wantStatus("the old role form", b.post(page+"/members/"+ada, url.Values{"role": {"viewer"}}), http.StatusNotFound)
 	b.wantText("is not a member of workspace", "nothing was changed")
 	if !strings.Contains(b.last, `class="form-error"`) {
 		t.Errorf("the refusal is not shown:\n%s", b.last)
 	}
-	if r := n.Do("GET", "/v1/manage/workspaces/"+ws, servertest.BootstrapKey, nil); r.Status != 200 || strings.Contains(string(r.Body), u.ID) {
+	if r := n.Do("GET", "/v1/manage/workspaces/"+ws, servertest.BootstrapKey, nil); r.Status != 200 || strings.Contains(string(r.Body), ada) {
 		t.Fatalf("after the old role form the workspace is %d %s; want Ada still removed", r.Status, r.Body)
 	}
-	b.wantStatus("a second removal", b.post(page+"/members/"+u.ID+"/remove", nil), http.StatusNotFound)
+	b.wantStatus("a second removal", b.post(page+"/members/"+ada+"/remove", nil), http.StatusNotFound)
 	b.wantText("is not a member of workspace")
 	if !strings.Contains(b.last, `class="form-error"`) {
 		t.Errorf("the refusal of a second removal is not shown:\n%s", b.last)
@@ -756,20 +744,8 @@ func TestPortalPasswordChangeRenewsSession(t *testing.T) {
 func TestPortalFormsFollowTheRoles(t *testing.T) {
 	n, b, ws := signedInOperator(t)
 	for _, who := range []struct{ name, role string }{{"dev", "developer"}, {"adm", "admin"}} {
-		r := n.Do("POST", "/v1/manage/users", servertest.BootstrapKey, map[string]any{"name": who.name, "email": who.name + "@example.com"})
-		if r.Status != 201 {
-			t.Fatalf("create user: %d %s", r.Status, r.Body)
-		}
-		var u struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(r.Body, &u); err != nil {
-			t.Fatal(err)
-		}
-		if r := n.Do("PUT", "/v1/manage/workspaces/"+ws+"/members/"+u.ID, servertest.BootstrapKey, map[string]any{"role": who.role}); r.Status != 200 {
-			t.Fatalf("add member: %d %s", r.Status, r.Body)
-		}
-		setPassword(t, n, u.ID, who.name+" password 1234")
+		id := addMember(t, n, ws, who.name, who.name+"@example.com", who.role)
+		setPassword(t, n, id, who.name+" password 1234")
 		c := newBrowser(t, n)
 		c.wantStatus("sign in", c.signIn(who.name+"@example.com", who.name+" password 1234"), http.StatusSeeOther)
 		c.wantStatus("consumers", c.do("GET", "/portal/workspaces/"+ws+"/consumers", nil), 200)
@@ -844,4 +820,22 @@ func TestPortalTrimsWorkspaceName(t *testing.T) {
 	if !strings.Contains(string(r.Body), `"name":"Trimmed name"`) {
 		t.Fatalf("the workspace's name was not trimmed: %s", r.Body)
 	}
+}
+
+// addMember creates a user and gives them role in workspace ws, through
+// the API as the operator, and returns the user's id.
+func addMember(t *testing.T, n *servertest.Node, ws, name, email, role string) string {
+	t.Helper()
+	r := n.Do("POST", "/v1/manage/users", servertest.BootstrapKey, map[string]any{"name": name, "email": email})
+	if r.Status != 201 {
+		t.Fatalf("create user: %d %s", r.Status, r.Body)
+	}
+	var u struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(r.Body, &u); err != nil {
+		t.Fatal(err)
+	}
+	n.Do("PUT", "/v1/manage/workspaces/"+ws+"/members/"+u.ID, servertest.BootstrapKey, map[string]any{"role": role}).Must(t, 200)
+	return u.ID
 }
