@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -62,16 +61,7 @@ func NewHandleCodec(key []byte) (*HandleCodec, error) {
 // LoadHandleKey returns the handle MAC key shared by all nodes: the server
 // secret "handle_mac", created with 32 random bytes by the first node.
 func LoadHandleKey(ctx context.Context, store bus.Store) ([]byte, error) {
-	fresh := make([]byte, 32)
-	if _, err := rand.Read(fresh); err != nil {
-		return nil, fmt.Errorf("auth: handle key: %w", err)
-	}
-	var key []byte
-	err := store.Update(ctx, func(tx bus.Tx) error {
-		var err error
-		key, err = tx.ServerSecret(HandleKeyName, fresh)
-		return err
-	})
+	key, err := bus.LoadServerSecret(ctx, store, HandleKeyName)
 	if err != nil {
 		return nil, fmt.Errorf("auth: handle key: %w", err)
 	}

@@ -51,20 +51,27 @@ var cursorStrict = base64.RawURLEncoding.Strict()
 // LoadCursorKey returns the cursor MAC key shared by all nodes: the server
 // secret "cursor_mac", created with 32 random bytes by the first node.
 func LoadCursorKey(ctx context.Context, store Store) ([]byte, error) {
-	fresh := make([]byte, 32)
-	if _, err := rand.Read(fresh); err != nil {
-		return nil, fmt.Errorf("cursor key: %w", err)
-	}
-	var key []byte
-	err := store.Update(ctx, func(tx Tx) error {
-		var err error
-		key, err = tx.ServerSecret(CursorKeyName, fresh)
-		return err
-	})
+	key, err := LoadServerSecret(ctx, store, CursorKeyName)
 	if err != nil {
 		return nil, fmt.Errorf("cursor key: %w", err)
 	}
 	return key, nil
+}
+
+// LoadServerSecret returns the server secret name that every node of the
+// store shares, made of 32 random bytes by the first node that asks.
+func LoadServerSecret(ctx context.Context, store Store, name string) ([]byte, error) {
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, err
+	}
+	var key []byte
+	err := store.Update(ctx, func(tx Tx) error {
+		var err error
+		key, err = tx.ServerSecret(name, fresh)
+		return err
+	})
+	return key, err
 }
 
 // cursorKeyOf returns key when it is long enough, or else a random key of
