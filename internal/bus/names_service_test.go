@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -19,29 +20,36 @@ func TestNewNamesAndEmailsRefuseBidiControls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evil := "pay\u202eroll"
-	for what, call := range map[string]func() error{
-		"user name": func() error {
-			_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: evil, Email: "a@example.com"})
-			return err
-		},
-		"user email": func() error {
-			_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: "A", Email: "a\u2067b@example.com"})
-			return err
-		},
-		"workspace": func() error { _, err := svc.CreateWorkspace(ctx, op, evil); return err },
-		"connection": func() error {
-			_, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &evil})
-			return err
-		},
-		"rename": func() error {
-			_, err := svc.UpdateConnection(ctx, op, ws, c.ID, bus.ConnectionParams{Name: &evil})
-			return err
-		},
-	} {
-		if err := call(); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+	calls := nameSetters(svc, op, ws, c.ID)
+	calls["user email"] = func(string) error {
+		_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: "A", Email: "a\u2067b@example.com"})
+		return err
+	}
+	for what, call := range calls {
+		if err := call("pay\u202eroll"); err == nil || !strings.Contains(err.Error(), "bidirectional") {
 			t.Errorf("%s with a bidirectional control: %v, want a refusal", what, err)
 		}
+	}
+}
+
+// nameSetters are the calls that give a name: a new user's, a new
+// workspace's, a new connection's in ws, and connection connID's rename.
+func nameSetters(svc *bus.Service, op *bus.Actor, ws, connID string) map[string]func(name string) error {
+	kind := bus.KindConsumer
+	return map[string]func(string) error{
+		"user name": func(name string) error {
+			_, err := svc.CreateUser(context.Background(), op, bus.CreateUserParams{Name: name, Email: "a@example.com"})
+			return err
+		},
+		"workspace": func(name string) error { _, err := svc.CreateWorkspace(context.Background(), op, name); return err },
+		"connection": func(name string) error {
+			_, err := svc.CreateConnection(context.Background(), op, ws, bus.ConnectionParams{Kind: &kind, Name: &name})
+			return err
+		},
+		"rename": func(name string) error {
+			_, err := svc.UpdateConnection(context.Background(), op, ws, connID, bus.ConnectionParams{Name: &name})
+			return err
+		},
 	}
 }
 
@@ -57,22 +65,8 @@ func TestNamesRefuseInvisibleOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, blank := range []string{"\ufeff", "\u200b", "\u200e\u200f\u061c", "\u200b\u2060\ufeff\u00ad"} {
-		for what, call := range map[string]func() error{
-			"user name": func() error {
-				_, err := svc.CreateUser(ctx, op, bus.CreateUserParams{Name: blank, Email: "a@example.com"})
-				return err
-			},
-			"workspace": func() error { _, err := svc.CreateWorkspace(ctx, op, blank); return err },
-			"connection": func() error {
-				_, err := svc.CreateConnection(ctx, op, ws, bus.ConnectionParams{Kind: &kind, Name: &blank})
-				return err
-			},
-			"rename": func() error {
-				_, err := svc.UpdateConnection(ctx, op, ws, c.ID, bus.ConnectionParams{Name: &blank})
-				return err
-			},
-		} {
-			if err := call(); err == nil || !strings.Contains(err.Error(), "name must hold a visible character") {
+		for what, call := range nameSetters(svc, op, ws, c.ID) {
+			if err := call(blank); err == nil || !strings.Contains(err.Error(), "name must hold a visible character") {
 				t.Errorf("%s %+q: %v, want a refusal", what, blank, err)
 			}
 		}
